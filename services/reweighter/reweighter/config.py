@@ -1,0 +1,53 @@
+"""Service settings: flags override environment variables (prefix REWEIGHTER_), which override defaults.
+
+`REDIS_URL` is also read without the prefix, since that is the name compose files and
+Kubernetes secrets conventionally use.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+LongTextPolicy = Literal["head", "tail", "chunk_mean"]
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="REWEIGHTER_", extra="ignore")
+
+    # model
+    model: str | None = Field(
+        None, description="sentence-transformers name or path; None = bundled all-MiniLM-L6-v2"
+    )
+    device: str = Field("auto", description="'auto' (CUDA when present, else CPU), 'cpu', 'cuda:0'")
+    long_text: LongTextPolicy = Field(
+        "chunk_mean", description="how texts longer than the encoder window are embedded"
+    )
+    max_seq_length: int | None = Field(None, description="override the encoder window (tokens)")
+    # batching
+    max_batch_tokens: int = Field(
+        16384, description="token budget of one encoder batch (padded length x texts)"
+    )
+    max_batch_size: int = Field(64, description="at most this many sequences in one batch")
+    max_queue: int = Field(1024, description="requests waiting or running before 429")
+    # cache
+    redis_url: str | None = Field(
+        None, validation_alias=AliasChoices("REWEIGHTER_REDIS_URL", "REDIS_URL", "redis_url")
+    )
+    cache_ttl_s: int = Field(7 * 24 * 3600, description="Redis TTL of a cached embedding")
+    cache_max_bytes: int = Field(256 * 2**20, description="in-process LRU cache bound; 0 disables")
+    # limits (413 above these)
+    max_groups: int = Field(1024, description="groups in one request")
+    max_group_size: int = Field(512, description="completions in one group")
+    max_completions: int = Field(8192, description="completions in one request, all groups")
+    max_chars: int = Field(16_000_000, description="characters in one request, all completions")
+    # transport
+    host: str = "127.0.0.1"
+    http_port: int = 8080
+    grpc_port: int = 50051
+    api_key: str | None = Field(
+        None, validation_alias=AliasChoices("REWEIGHTER_API_KEY", "api_key")
+    )
+    log_level: str = "info"

@@ -1,0 +1,69 @@
+"""The encoder and embedder interfaces the engine depends on."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+class Encoder(ABC):
+    """Turns texts into L2-normalised float32 vectors, one per text ([N, D] numpy array)."""
+
+    model_id: str
+    """Stable identifier of the weights (part of every cache key)."""
+    dim: int
+    device: str
+
+    @property
+    def cache_namespace(self) -> str:
+        """Everything that changes a text's vector besides the text: model and long-text policy."""
+        return self.model_id
+
+    @abstractmethod
+    def encode(self, texts: Sequence[str]) -> np.ndarray: ...
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        """Tokens each text will occupy in a batch (for token-budget batching)."""
+        return [max(1, len(t) // 4) for t in texts]
+
+
+@dataclass
+class EmbedStats:
+    """Plain counters the service exports to Prometheus (no global registry in the library)."""
+
+    cache_hits: int = 0
+    cache_misses: int = 0
+    redis_errors: int = 0
+    dedupe_saved: int = 0
+    texts_encoded: int = 0
+    batches: int = 0
+    batch_sizes: list[int] | None = None  # recent batch sizes, drained by the metrics exporter
+
+
+class Embedder(ABC):
+    """What the engine calls: an encoder behind dedupe, a cache and (async path) dynamic batching.
+
+    `encode` serves synchronous callers (CLI, in-process TRL); `aencode` serves the async
+    transports and must never block the event loop (the model runs in a worker thread, and
+    concurrent requests are merged into token-budgeted batches).
+    """
+
+    model_id: str
+    dim: int
+    device: str
+    stats: EmbedStats
+
+    @abstractmethod
+    def encode(self, texts: Sequence[str]) -> np.ndarray: ...
+
+    @abstractmethod
+    async def aencode(self, texts: Sequence[str]) -> np.ndarray: ...
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook
+        """Stop background workers (batcher) and close connections."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Synchronous counterpart of aclose for non-async callers."""
