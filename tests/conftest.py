@@ -1,0 +1,98 @@
+"""Shared fixtures: real Redis (the machine's, or one we start), free loopback ports, offline hub."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+# Nothing may load weights or data from a hub at run time.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _redis_ping(url: str) -> bool:
+    import redis
+
+    try:
+        return bool(redis.Redis.from_url(url, socket_timeout=0.5).ping())
+    except Exception:
+        return False
+
+
+@dataclass
+class RedisServer:
+    """A private redis-server on a free loopback port; `stop()` simulates an outage."""
+
+    port: int
+    proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> RedisServer:
+        exe = shutil.which("redis-server")
+        if exe is None:
+            pytest.skip("redis-server is not installed")
+        self.proc = subprocess.Popen(
+            [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--daemonize", "no"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if _redis_ping(self.url):
+                return self
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"redis-server on port {self.port} did not start")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+        self.proc = None
+
+
+@pytest.fixture
+def redis_server() -> Iterator[RedisServer]:
+    """A fresh private Redis for tests that stop or flush it."""
+    server = RedisServer(free_port()).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def shared_redis_url() -> Iterator[str]:
+    """The machine's Redis at 127.0.0.1:6379 when it answers, else a private one."""
+    url = "redis://127.0.0.1:6379/0"
+    if _redis_ping(url):
+        yield url
+        return
+    server = RedisServer(free_port()).start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+@pytest.fixture(name="free_port")
+def free_port_fixture() -> int:
+    return free_port()
