@@ -1,4 +1,4 @@
-"""Service settings: flags override environment variables (prefix REWEIGHTER_), which override defaults.
+"""Service settings: flags override environment variables (REWEIGHTER_*), which override defaults.
 
 `REDIS_URL` is also read without the prefix, since that is the name compose files and
 Kubernetes secrets conventionally use.
