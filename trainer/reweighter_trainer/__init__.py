@@ -1,0 +1,1 @@
+"""GRPO training with diversity-aware reward reweighting: TRL's GRPOTrainer + the Reweighter."""

@@ -1,0 +1,72 @@
+"""Base rewards for math: answer accuracy (math-verify) and output format.
+
+Both follow TRL's reward-function convention, `f(prompts, completions, **columns) -> list[float]`,
+and read the gold answer from the dataset's `answer` column.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_FULL_FORMAT = re.compile(r"^\s*<think>.*?</think>\s*<answer>.*?</answer>\s*$", re.DOTALL)
+
+
+def completion_text(completion: Any) -> str:
+    """Plain text of a TRL completion: a string, or a list of chat messages (conversational)."""
+    if isinstance(completion, str):
+        return completion
+    return "".join(str(m.get("content", "")) for m in completion)
+
+
+def extract_answer(text: str) -> str | None:
+    """The last <answer>…</answer> span: the model's final answer, when it gave one."""
+    found = _ANSWER.findall(text)
+    return found[-1].strip() if found else None
+
+
+def accuracy_reward(
+    prompts: Sequence[Any], completions: Sequence[Any], answer: Sequence[str], **_: Any
+) -> list[float]:
+    """1.0 when the answer tag's content is mathematically equal to the gold answer, else 0.0.
+
+    Only the tagged answer counts, so a model cannot score by mentioning many numbers.
+    """
+    from math_verify import parse, verify
+
+    # math-verify's timeouts use SIGALRM, which only works on the main thread; TRL may call reward
+    # functions from another one, where the timeout has to be off.
+    timeout = 5 if threading.current_thread() is threading.main_thread() else None
+    out = []
+    for completion, gold in zip(completions, answer, strict=True):
+        given = extract_answer(completion_text(completion))
+        if not given:
+            out.append(0.0)
+            continue
+        gold_parsed = parse(gold, parsing_timeout=timeout)
+        given_parsed = parse(given, parsing_timeout=timeout)
+        ok = bool(gold_parsed and given_parsed) and verify(
+            gold_parsed, given_parsed, timeout_seconds=timeout
+        )
+        out.append(1.0 if ok else 0.0)
+    return out
+
+
+def format_reward(prompts: Sequence[Any], completions: Sequence[Any], **_: Any) -> list[float]:
+    """1.0 for `<think>…</think><answer>…</answer>` and nothing else; 0.5 for an answer tag alone."""
+    out = []
+    for completion in completions:
+        text = completion_text(completion)
+        if _FULL_FORMAT.match(text):
+            out.append(1.0)
+        elif _ANSWER.search(text):
+            out.append(0.5)
+        else:
+            out.append(0.0)
+    return out
+
+
+REWARDS = {"accuracy": accuracy_reward, "format": format_reward}
