@@ -1,0 +1,36 @@
+"""The math: DRA and MMR reweighting and advantage estimators, as pure batched torch functions.
+
+No I/O, no globals, no model loading: rewards [G] or [B, G], embeddings [G, D] or [B, G, D] (or
+similarities [B, G, G]), an optional boolean mask [B, G] for ragged groups, any device.
+"""
+
+from reweighter.methods.advantages import ADVANTAGE_KINDS, AdvantageKind, advantages
+from reweighter.methods.dra import dra, dra_from_similarity
+from reweighter.methods.mmr import mmr, mmr_from_similarity
+from reweighter.methods.registry import (
+    METHODS,
+    DraParams,
+    MethodSpec,
+    MmrParams,
+    NoneParams,
+    get_method,
+)
+from reweighter.methods.similarity import cosine_similarity, mean_pairwise_similarity
+
+__all__ = [
+    "ADVANTAGE_KINDS",
+    "METHODS",
+    "AdvantageKind",
+    "DraParams",
+    "MethodSpec",
+    "MmrParams",
+    "NoneParams",
+    "advantages",
+    "cosine_similarity",
+    "dra",
+    "dra_from_similarity",
+    "get_method",
+    "mean_pairwise_similarity",
+    "mmr",
+    "mmr_from_similarity",
+]

@@ -1,0 +1,153 @@
+"""Input checks shared by the methods: one place decides what a valid batch of groups is.
+
+Every method accepts one group ([G] rewards) or a batch ([B, G]) plus an optional boolean mask for
+ragged groups. These helpers bring all of that to the batched form, and reject bad input with an
+`InvalidInput` (a `ValueError`) naming the argument, so no method ever returns a wrong number.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from reweighter.errors import InvalidInput
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Rewards brought to [B, G]; `mask` is None when every item is valid (the fast path)."""
+
+    rewards: torch.Tensor
+    mask: torch.Tensor | None
+    squeeze: bool
+    """The caller gave one group: results drop the batch dimension again."""
+
+    def unbatch(self, x: torch.Tensor) -> torch.Tensor:
+        return x[0] if self.squeeze else x
+
+    def counts(self) -> torch.Tensor:
+        """Valid items per group, [B], in the rewards' dtype."""
+        b, g = self.rewards.shape
+        if self.mask is None:
+            return self.rewards.new_full((b,), float(g))
+        return self.mask.sum(-1).to(self.rewards.dtype)
+
+
+def compute_dtype(*tensors: torch.Tensor) -> torch.dtype:
+    """float64 if any input is float64, else float32: half inputs are upcast, never computed in."""
+    return torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
+
+
+def as_tensor(x: object, name: str) -> torch.Tensor:
+    if isinstance(x, torch.Tensor):
+        return x
+    try:
+        return torch.as_tensor(x, dtype=torch.float32)
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise InvalidInput(f"cannot be read as a tensor of numbers ({e})", field=name) from e
+
+
+def shape(t: torch.Tensor) -> str:
+    return "[" + ", ".join(str(d) for d in t.shape) + "]"
+
+
+def _position(bad: torch.Tensor, squeeze: bool) -> str:
+    """Where the first True of a [B, G] tensor is, in the caller's terms."""
+    b, i = (int(v) for v in bad.nonzero()[0])
+    return f"item {i}" if squeeze else f"group {b}, item {i}"
+
+
+def batch(rewards: object, mask: object = None, *, device: torch.device | None = None) -> Batch:
+    """Validate rewards (+ mask) and bring them to [B, G] on `device` (default: their own)."""
+    r = as_tensor(rewards, "rewards")
+    if r.dim() not in (1, 2):
+        raise InvalidInput(f"must have shape [G] or [B, G], got {shape(r)}", field="rewards")
+    if r.is_complex() or r.dtype == torch.bool:
+        raise InvalidInput(f"must be real numbers, got dtype {r.dtype}", field="rewards")
+    squeeze = r.dim() == 1
+    if squeeze:
+        r = r.unsqueeze(0)
+    if r.shape[-1] == 0:
+        raise InvalidInput("a group has no items (G = 0): an empty group", field="rewards")
+    if device is not None:
+        r = r.to(device)
+    if not r.is_floating_point() or r.dtype in (torch.float16, torch.bfloat16):
+        r = r.to(torch.float32)
+
+    m: torch.Tensor | None = None
+    if mask is not None:
+        m = mask if isinstance(mask, torch.Tensor) else torch.as_tensor(mask)
+        if m.dtype != torch.bool:
+            raise InvalidInput(f"must be a boolean tensor, got dtype {m.dtype}", field="mask")
+        expected = (r.shape[-1],) if squeeze else tuple(r.shape)
+        if tuple(m.shape) != expected:
+            want = "[" + ", ".join(map(str, expected)) + "]"
+            raise InvalidInput(
+                f"shape {shape(m)} does not match rewards: expected {want}", field="mask"
+            )
+        m = m.reshape(r.shape).to(r.device)
+        empty = ~m.any(-1)
+        if bool(empty.any()):
+            b = int(empty.nonzero()[0, 0])
+            where = "the group" if squeeze else f"group {b}"
+            raise InvalidInput(f"{where} has no valid items (an empty group)", field="mask")
+        if bool(m.all()):
+            m = None  # nothing is masked: take the fast path
+
+    finite = torch.isfinite(r)
+    bad = ~finite if m is None else ~finite & m
+    if bool(bad.any()):
+        raise InvalidInput(f"NaN or inf at {_position(bad, squeeze)}", field="rewards")
+    if m is not None:
+        r = torch.where(m, r, torch.zeros((), dtype=r.dtype, device=r.device))
+    return Batch(r, m, squeeze)
+
+
+def check_pairs(x: torch.Tensor, b: Batch, name: str, trailing: int) -> torch.Tensor:
+    """Bring embeddings ([.., G, D]) or similarities ([.., G, G]) to [B, ...], checking shape."""
+    want = 2 if b.squeeze else 3
+    if x.dim() != want:
+        form = "[G, D]" if trailing == 0 else "[G, G]"
+        if not b.squeeze:
+            form = "[B, " + form[1:]
+        raise InvalidInput(
+            f"must have shape {form} to match rewards {shape(b.unbatch(b.rewards))}, "
+            f"got {shape(x)}",
+            field=name,
+        )
+    if b.squeeze:
+        x = x.unsqueeze(0)
+    lead = tuple(x.shape[:2]) if trailing == 0 else tuple(x.shape)
+    expected = tuple(b.rewards.shape) + (() if trailing == 0 else (b.rewards.shape[-1],))
+    if lead != expected or (trailing == 0 and x.shape[-1] == 0):
+        raise InvalidInput(
+            f"shape {shape(x[0] if b.squeeze else x)} does not match rewards "
+            f"{shape(b.unbatch(b.rewards))}",
+            field=name,
+        )
+    if x.is_complex() or x.dtype == torch.bool:
+        raise InvalidInput(f"must be real numbers, got dtype {x.dtype}", field=name)
+    return x
+
+
+def check_finite_rows(x: torch.Tensor, b: Batch, name: str) -> None:
+    """Reject NaN/inf anywhere in a valid item's row ([B, G, K])."""
+    bad = ~torch.isfinite(x).all(-1)
+    if b.mask is not None:
+        bad &= b.mask
+    if bool(bad.any()):
+        raise InvalidInput(f"NaN or inf at {_position(bad, b.squeeze)}", field=name)
+
+
+def check_lambda(lam: object) -> float | None:
+    """None for "adaptive", else the float λ, which must lie in [0, 1]."""
+    if isinstance(lam, str):
+        if lam == "adaptive":
+            return None
+        raise InvalidInput(f'must be a number in [0, 1] or "adaptive", got {lam!r}', field="lam")
+    if isinstance(lam, bool) or not isinstance(lam, int | float):
+        raise InvalidInput(f'must be a number in [0, 1] or "adaptive", got {lam!r}', field="lam")
+    if not 0.0 <= float(lam) <= 1.0:  # also rejects NaN
+        raise InvalidInput(f"must lie in [0, 1], got {lam!r}", field="lam")
+    return float(lam)

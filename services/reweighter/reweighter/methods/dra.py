@@ -1,0 +1,106 @@
+"""DRA: Diversity-aware Reward Adjustment (DRA-GRPO, Chen et al., arXiv 2505.09655).
+
+    r~_i = r_i / (sum_j s_ij + eps),   j over the valid members of i's group, s_ii = 1
+
+which is the paper's `R / (1 + SMI_graph_cut)`: a completion that many of its siblings resemble
+shares its reward with them; a completion unlike every other keeps it (orthogonal embeddings give
+r~_i = r_i / (1 + eps)), and G identical completions each get r / G.
+
+`similarity_floor`: cosine similarities can be negative, and the row sum `sum_j s_ij` with them. A
+negative denominator flips the sign of the reward, so a *correct* answer that is unlike its
+siblings would be punished. With the default floor 0.0, off-diagonal similarities below 0 count as
+0, the denominator is at least 1, and no reward changes sign or grows. `similarity_floor=None`
+reproduces the authors' released code exactly (no floor), sign flips included.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from reweighter.errors import InvalidInput
+from reweighter.methods import _checks
+from reweighter.methods.similarity import _cosine
+
+
+def _check_params(similarity_floor: float | None, eps: float) -> None:
+    if similarity_floor is not None and not (
+        isinstance(similarity_floor, int | float)
+        and not isinstance(similarity_floor, bool)
+        and -1.0 <= similarity_floor <= 1.0
+    ):
+        raise InvalidInput(
+            f"must be a number in [-1, 1] or None, got {similarity_floor!r}",
+            field="similarity_floor",
+        )
+    if isinstance(eps, bool) or not isinstance(eps, int | float) or not (0 < eps < math.inf):
+        raise InvalidInput(f"must be a finite number > 0, got {eps!r}", field="eps")
+
+
+def _dra(
+    b: _checks.Batch, sim: torch.Tensor, similarity_floor: float | None, eps: float
+) -> torch.Tensor:
+    """The formula on validated [B, G] rewards and [B, G, G] similarities."""
+    s = sim.clamp_min(similarity_floor) if similarity_floor is not None else sim.clone()
+    s.diagonal(dim1=-2, dim2=-1).fill_(1.0)
+    if b.mask is not None:
+        s.masked_fill_(~(b.mask.unsqueeze(-1) & b.mask.unsqueeze(-2)), 0.0)
+    if not bool(torch.isfinite(s).all()):
+        raise InvalidInput("NaN or inf among the similarities of valid items", field="similarity")
+    r = b.rewards.to(s.dtype)
+    out = r / (s.sum(-1) + eps)
+    if b.mask is not None:
+        out = out.masked_fill_(~b.mask, 0.0)
+    if not bool(torch.isfinite(out).all()):
+        bad = ~torch.isfinite(out)
+        g, i = (int(v) for v in bad.nonzero()[0])
+        where = f"item {i}" if b.squeeze else f"group {g}, item {i}"
+        raise InvalidInput(
+            f"the DRA denominator sum_j s_ij + eps vanishes at {where}; use a similarity_floor "
+            "(the default 0.0 keeps it at least 1)",
+            field="similarity_floor",
+        )
+    return b.unbatch(out)
+
+
+def dra_from_similarity(
+    rewards: torch.Tensor,
+    sim: torch.Tensor,
+    *,
+    mask: torch.Tensor | None = None,
+    similarity_floor: float | None = 0.0,
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """DRA on precomputed cosine similarities ([G, G] or [B, G, G]); see the module docstring.
+
+    The diagonal of `sim` is ignored (s_ii = 1). Masked items are left out of every sum and get 0.
+    Computed on `sim`'s device, in float32 (float64 if an input is float64).
+    """
+    _check_params(similarity_floor, eps)
+    s = _checks.as_tensor(sim, "similarity")
+    b = _checks.batch(rewards, mask, device=s.device)
+    s = _checks.check_pairs(s, b, "similarity", 1)
+    s = s.to(_checks.compute_dtype(s, b.rewards))
+    return _dra(b, s, similarity_floor, eps)
+
+
+def dra(
+    rewards: torch.Tensor,
+    embeddings: torch.Tensor,
+    *,
+    mask: torch.Tensor | None = None,
+    similarity_floor: float | None = 0.0,
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """DRA-reweighted rewards, same shape as `rewards` ([G] or [B, G]); see the module docstring.
+
+    `embeddings` is [G, D] or [B, G, D]; each group is reweighted on its own, never mixing groups
+    (both papers' released code mixes a process's groups; we do not).
+    """
+    _check_params(similarity_floor, eps)
+    e = _checks.as_tensor(embeddings, "embeddings")
+    b = _checks.batch(rewards, mask, device=e.device)
+    e = _checks.check_pairs(e, b, "embeddings", 0)
+    e = e.to(_checks.compute_dtype(e, b.rewards))
+    return _dra(b, _cosine(e, b.mask, b.squeeze), similarity_floor, eps)

@@ -1,0 +1,118 @@
+"""MMR: Maximal Marginal Relevance reweighting (MMR-GRPO, arXiv 2601.09085).
+
+Greedy selection inside each group, as in MMR retrieval (Carbonell & Goldstein, 1998):
+
+1. the item with the highest reward is selected first and keeps its raw reward;
+2. then, G - 1 times, each unselected item i scores
+
+       score_i = λ·r_i − (1 − λ)·max(0, max_{j selected} s_ij)
+
+   the best score is selected and that score becomes its new reward.
+
+Ties go to the lowest index at every step. λ trades reward against novelty; `lam="adaptive"`
+sets λ = sigmoid(std(r)) per group (population std): a group whose rewards all agree
+(std 0, λ = 0.5) leans on diversity, a group with a clear signal leans on the reward. Adaptive λ
+always lies in [0.5, 1).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+from reweighter.errors import InvalidInput
+from reweighter.methods import _checks
+from reweighter.methods.similarity import _cosine
+
+Lambda = float | Literal["adaptive"]
+
+
+def _population_std(b: _checks.Batch) -> torch.Tensor:
+    r, n = b.rewards, b.counts()
+    mean = r.sum(-1) / n
+    dev = r - mean.unsqueeze(-1)
+    if b.mask is not None:
+        dev = dev.masked_fill(~b.mask, 0.0)
+    return (dev.square().sum(-1) / n).sqrt()
+
+
+def _mmr(
+    b: _checks.Batch, sim: torch.Tensor, lam: float | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Greedy MMR on validated [B, G] rewards and [B, G, G] similarities; loops over G only."""
+    r = b.rewards.to(sim.dtype)
+    bsz, g = r.shape
+    if lam is None:
+        lam_b = torch.sigmoid(_population_std(_checks.Batch(r, b.mask, b.squeeze)))
+    else:
+        lam_b = r.new_full((bsz,), lam)
+    if not bool(torch.isfinite(sim).all()):
+        raise InvalidInput("NaN or inf among the similarities", field="similarity")
+
+    neg_inf = torch.tensor(-torch.inf, dtype=r.dtype, device=r.device)
+    # `blocked` is 0 where an item may still be picked, -inf where it is selected or masked.
+    blocked = torch.zeros_like(r) if b.mask is None else torch.where(b.mask, 0.0, neg_inf)
+    rows = torch.arange(bsz, device=r.device)
+
+    first = torch.where(b.mask, r, neg_inf).argmax(-1) if b.mask is not None else r.argmax(-1)
+    out = torch.zeros_like(r)
+    out[rows, first] = r[rows, first]
+    blocked[rows, first] = -torch.inf
+    # The running max(0, max_{j selected} s_ij) over the selected set, per unselected item.
+    redundancy = sim[rows, first].clamp_min(0.0)
+
+    gain = lam_b.unsqueeze(-1) * r  # λ·r_i, fixed across steps
+    cost = (1.0 - lam_b).unsqueeze(-1)
+    for _ in range(g - 1):
+        score = torch.addcmul(gain, cost, redundancy, value=-1.0) + blocked
+        pick = score.argmax(-1)  # argmax is documented to return the first index on ties
+        pick_col = pick.unsqueeze(-1)
+        best = score.gather(-1, pick_col).squeeze(-1)
+        live = best > -torch.inf  # False once a ragged group has run out of items
+        keep = out.gather(-1, pick_col).squeeze(-1)
+        out.scatter_(-1, pick_col, torch.where(live, best, keep).unsqueeze(-1))
+        blocked.scatter_(-1, pick_col, -torch.inf)
+        torch.maximum(redundancy, sim[rows, pick], out=redundancy)
+    return b.unbatch(out), b.unbatch(lam_b)
+
+
+def mmr_from_similarity(
+    rewards: torch.Tensor,
+    sim: torch.Tensor,
+    *,
+    mask: torch.Tensor | None = None,
+    lam: Lambda = "adaptive",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """MMR on precomputed cosine similarities ([G, G] or [B, G, G]); see the module docstring.
+
+    Returns (reweighted rewards shaped like `rewards`, λ per group: [B], or a 0-d tensor for one
+    group). Masked items are never selected and get 0.
+    """
+    lam_f = _checks.check_lambda(lam)
+    s = _checks.as_tensor(sim, "similarity")
+    b = _checks.batch(rewards, mask, device=s.device)
+    s = _checks.check_pairs(s, b, "similarity", 1)
+    s = s.to(_checks.compute_dtype(s, b.rewards))
+    if b.mask is not None:
+        s = s.masked_fill(~(b.mask.unsqueeze(-1) & b.mask.unsqueeze(-2)), 0.0)
+    return _mmr(b, s, lam_f)
+
+
+def mmr(
+    rewards: torch.Tensor,
+    embeddings: torch.Tensor,
+    *,
+    mask: torch.Tensor | None = None,
+    lam: Lambda = "adaptive",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """MMR-reweighted rewards and the λ used per group; see the module docstring.
+
+    `embeddings` is [G, D] or [B, G, D]; each group is reweighted on its own, never mixing groups.
+    """
+    lam_f = _checks.check_lambda(lam)
+    e = _checks.as_tensor(embeddings, "embeddings")
+    b = _checks.batch(rewards, mask, device=e.device)
+    e = _checks.check_pairs(e, b, "embeddings", 0)
+    e = e.to(_checks.compute_dtype(e, b.rewards))
+    return _mmr(b, _cosine(e, b.mask, b.squeeze), lam_f)
