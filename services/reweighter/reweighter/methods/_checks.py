@@ -121,9 +121,11 @@ def check_pairs(x: torch.Tensor, b: Batch, name: str, trailing: int) -> torch.Te
     lead = tuple(x.shape[:2]) if trailing == 0 else tuple(x.shape)
     expected = tuple(b.rewards.shape) + (() if trailing == 0 else (b.rewards.shape[-1],))
     if lead != expected or (trailing == 0 and x.shape[-1] == 0):
+        want = list(expected[1:] if b.squeeze else expected)
+        want_s = ", ".join(map(str, want)) + (", D > 0" if trailing == 0 else "")
         raise InvalidInput(
             f"shape {shape(x[0] if b.squeeze else x)} does not match rewards "
-            f"{shape(b.unbatch(b.rewards))}",
+            f"{shape(b.unbatch(b.rewards))}: expected [{want_s}]",
             field=name,
         )
     if x.is_complex() or x.dtype == torch.bool:

@@ -12,7 +12,7 @@ Greedy selection inside each group, as in MMR retrieval (Carbonell & Goldstein, 
 Ties go to the lowest index at every step. λ trades reward against novelty; `lam="adaptive"`
 sets λ = sigmoid(std(r)) per group (population std): a group whose rewards all agree
 (std 0, λ = 0.5) leans on diversity, a group with a clear signal leans on the reward. Adaptive λ
-always lies in [0.5, 1).
+always lies in [0.5, 1): where sigmoid rounds to 1.0 in floating point it is kept just below 1.
 """
 
 from __future__ import annotations
@@ -45,6 +45,8 @@ def _mmr(
     bsz, g = r.shape
     if lam is None:
         lam_b = torch.sigmoid(_population_std(_checks.Batch(r, b.mask, b.squeeze)))
+        # sigmoid rounds to 1.0 once std > ~17 in float32; keep the novelty term alive.
+        lam_b = lam_b.clamp_max(1.0 - torch.finfo(r.dtype).eps / 2)
     else:
         lam_b = r.new_full((bsz,), lam)
     if not bool(torch.isfinite(sim).all()):
