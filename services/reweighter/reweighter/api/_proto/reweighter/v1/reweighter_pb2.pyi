@@ -1,0 +1,127 @@
+from google.protobuf import struct_pb2 as _struct_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Embeddings(_message.Message):
+    __slots__ = ("dim", "values")
+    DIM_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    dim: int
+    values: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, dim: _Optional[int] = ..., values: _Optional[_Iterable[float]] = ...) -> None: ...
+
+class Group(_message.Message):
+    __slots__ = ("id", "rewards", "completions", "embeddings")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    REWARDS_FIELD_NUMBER: _ClassVar[int]
+    COMPLETIONS_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDINGS_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    rewards: _containers.RepeatedScalarFieldContainer[float]
+    completions: _containers.RepeatedScalarFieldContainer[str]
+    embeddings: Embeddings
+    def __init__(self, id: _Optional[str] = ..., rewards: _Optional[_Iterable[float]] = ..., completions: _Optional[_Iterable[str]] = ..., embeddings: _Optional[_Union[Embeddings, _Mapping]] = ...) -> None: ...
+
+class ReweightRequest(_message.Message):
+    __slots__ = ("method", "params", "advantages", "groups")
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    PARAMS_FIELD_NUMBER: _ClassVar[int]
+    ADVANTAGES_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    method: str
+    params: _struct_pb2.Struct
+    advantages: str
+    groups: _containers.RepeatedCompositeFieldContainer[Group]
+    def __init__(self, method: _Optional[str] = ..., params: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., advantages: _Optional[str] = ..., groups: _Optional[_Iterable[_Union[Group, _Mapping]]] = ...) -> None: ...
+
+class GroupStats(_message.Message):
+    __slots__ = ("mean_similarity",)
+    MEAN_SIMILARITY_FIELD_NUMBER: _ClassVar[int]
+    LAMBDA_FIELD_NUMBER: _ClassVar[int]
+    mean_similarity: float
+    def __init__(self, mean_similarity: _Optional[float] = ..., **kwargs) -> None: ...
+
+class GroupResult(_message.Message):
+    __slots__ = ("id", "rewards", "advantages", "stats")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    REWARDS_FIELD_NUMBER: _ClassVar[int]
+    ADVANTAGES_FIELD_NUMBER: _ClassVar[int]
+    STATS_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    rewards: _containers.RepeatedScalarFieldContainer[float]
+    advantages: _containers.RepeatedScalarFieldContainer[float]
+    stats: GroupStats
+    def __init__(self, id: _Optional[str] = ..., rewards: _Optional[_Iterable[float]] = ..., advantages: _Optional[_Iterable[float]] = ..., stats: _Optional[_Union[GroupStats, _Mapping]] = ...) -> None: ...
+
+class ReweightResponse(_message.Message):
+    __slots__ = ("method", "model", "groups")
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    method: str
+    model: str
+    groups: _containers.RepeatedCompositeFieldContainer[GroupResult]
+    def __init__(self, method: _Optional[str] = ..., model: _Optional[str] = ..., groups: _Optional[_Iterable[_Union[GroupResult, _Mapping]]] = ...) -> None: ...
+
+class EmbedRequest(_message.Message):
+    __slots__ = ("inputs", "normalize")
+    INPUTS_FIELD_NUMBER: _ClassVar[int]
+    NORMALIZE_FIELD_NUMBER: _ClassVar[int]
+    inputs: _containers.RepeatedScalarFieldContainer[str]
+    normalize: bool
+    def __init__(self, inputs: _Optional[_Iterable[str]] = ..., normalize: _Optional[bool] = ...) -> None: ...
+
+class EmbedResponse(_message.Message):
+    __slots__ = ("model", "dim", "embeddings")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    DIM_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDINGS_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    dim: int
+    embeddings: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, model: _Optional[str] = ..., dim: _Optional[int] = ..., embeddings: _Optional[_Iterable[float]] = ...) -> None: ...
+
+class InfoRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class InfoResponse(_message.Message):
+    __slots__ = ("model", "dim", "device", "version", "long_text", "methods", "advantages", "limits", "ready")
+    class MethodsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: _struct_pb2.Struct
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+    class LimitsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    DIM_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    LONG_TEXT_FIELD_NUMBER: _ClassVar[int]
+    METHODS_FIELD_NUMBER: _ClassVar[int]
+    ADVANTAGES_FIELD_NUMBER: _ClassVar[int]
+    LIMITS_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    dim: int
+    device: str
+    version: str
+    long_text: str
+    methods: _containers.MessageMap[str, _struct_pb2.Struct]
+    advantages: _containers.RepeatedScalarFieldContainer[str]
+    limits: _containers.ScalarMap[str, int]
+    ready: bool
+    def __init__(self, model: _Optional[str] = ..., dim: _Optional[int] = ..., device: _Optional[str] = ..., version: _Optional[str] = ..., long_text: _Optional[str] = ..., methods: _Optional[_Mapping[str, _struct_pb2.Struct]] = ..., advantages: _Optional[_Iterable[str]] = ..., limits: _Optional[_Mapping[str, int]] = ..., ready: _Optional[bool] = ...) -> None: ...

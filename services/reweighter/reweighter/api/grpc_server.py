@@ -1,0 +1,159 @@
+"""The gRPC transport (grpc.aio): the Reweighter servicer, health, reflection and API-key check."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from ..config import Settings
+from ..errors import ReweighterError, Unauthenticated
+from . import convert
+from ._proto.reweighter.v1 import reweighter_pb2 as pb
+from ._proto.reweighter.v1 import reweighter_pb2_grpc as pb_grpc
+from .auth import check_bearer
+from .http import max_body_bytes
+from .metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Reweighter"].full_name
+_PROTECTED_PREFIX = f"/{SERVICE_NAME}/"
+
+
+class ReweighterServicer(pb_grpc.ReweighterServicer):
+    """Translates protobuf to engine calls; errors become status codes naming the field."""
+
+    def __init__(self, engine: Any, metrics: Metrics) -> None:
+        self.engine = engine
+        self.metrics = metrics
+
+    async def Reweight(self, request: pb.ReweightRequest, context: Any) -> pb.ReweightResponse:
+        async def run() -> pb.ReweightResponse:
+            req = convert.proto_to_request(request)
+            n = sum(len(g.rewards) for g in request.groups)
+            self.metrics.completions.labels("grpc").observe(n)
+            return convert.result_to_proto(await self.engine.areweight(req))
+
+        return await self._call(context, "reweight", request.method or convert.DEFAULT_METHOD, run)
+
+    async def Embed(self, request: pb.EmbedRequest, context: Any) -> pb.EmbedResponse:
+        async def run() -> pb.EmbedResponse:
+            texts = convert.proto_embed_inputs(request)
+            return convert.embed_to_proto(await self.engine.aembed(texts))
+
+        return await self._call(context, "embed", "", run)
+
+    async def Info(self, request: pb.InfoRequest, context: Any) -> pb.InfoResponse:
+        async def run() -> pb.InfoResponse:
+            return convert.info_to_proto(self.engine.info())
+
+        return await self._call(context, "info", "", run)
+
+    async def _call(
+        self, context: Any, endpoint: str, method: str, run: Callable[[], Awaitable[Any]]
+    ) -> Any:
+        try:
+            with self.metrics.track("grpc", endpoint, method):
+                return await run()
+        except ReweighterError as e:
+            await _abort(context, e)
+
+
+async def _abort(context: Any, exc: ReweighterError) -> None:
+    await context.abort(
+        getattr(grpc.StatusCode, exc.grpc_code),
+        str(exc),
+        trailing_metadata=convert.error_metadata(exc),
+    )
+
+
+class _ApiKeyInterceptor(grpc.aio.ServerInterceptor):
+    """UNAUTHENTICATED for Reweighter calls without the key; health and reflection stay open."""
+
+    def __init__(self, api_key: str, metrics: Metrics) -> None:
+        self.api_key = api_key
+        self.metrics = metrics
+
+    async def intercept_service(self, continuation, handler_call_details):  # type: ignore[override]
+        method = handler_call_details.method
+        if method.startswith(_PROTECTED_PREFIX):
+            header = dict(handler_call_details.invocation_metadata or ()).get("authorization")
+            try:
+                check_bearer(header, self.api_key)
+            except Unauthenticated as e:
+                self.metrics.count_rejected(
+                    "grpc", method.rsplit("/", 1)[-1].lower(), "Unauthenticated"
+                )
+                return _deny(e)
+        return await continuation(handler_call_details)
+
+
+def _deny(exc: Unauthenticated) -> grpc.RpcMethodHandler:
+    async def deny(request: Any, context: Any) -> None:
+        await _abort(context, exc)
+
+    return grpc.unary_unary_rpc_method_handler(deny)
+
+
+class GrpcServer:
+    """A grpc.aio server with the Reweighter service, standard health and reflection.
+
+    Health reports NOT_SERVING until `mark_serving()` (called once the model is loaded) and
+    again during shutdown, so load balancers drain the instance before it stops.
+    """
+
+    def __init__(self, engine: Any, settings: Settings, metrics: Metrics) -> None:
+        limit = max_body_bytes(settings)
+        interceptors = [_ApiKeyInterceptor(settings.api_key, metrics)] if settings.api_key else []
+        self.server = grpc.aio.server(
+            interceptors=interceptors,
+            options=[
+                ("grpc.max_receive_message_length", limit),
+                ("grpc.max_send_message_length", max(limit, 64 << 20)),
+                ("grpc.so_reuseport", 0),
+            ],
+        )
+        self.engine = engine
+        self.health = health.aio.HealthServicer()
+        pb_grpc.add_ReweighterServicer_to_server(ReweighterServicer(engine, metrics), self.server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        reflection.enable_server_reflection(
+            [SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME], self.server
+        )
+        host = settings.host
+        address = f"[{host}]" if ":" in host and not host.startswith("[") else host
+        self.port = self.server.add_insecure_port(f"{address}:{settings.grpc_port}")
+        if self.port == 0:
+            raise OSError(f"could not bind gRPC to {address}:{settings.grpc_port}")
+
+    async def start(self) -> None:
+        await self.server.start()
+        if self.engine.ready:
+            await self.mark_serving()
+        else:
+            await self._set(health_pb2.HealthCheckResponse.NOT_SERVING)
+
+    async def mark_serving(self) -> None:
+        await self._set(health_pb2.HealthCheckResponse.SERVING)
+
+    async def _set(self, status: int) -> None:
+        for name in ("", SERVICE_NAME):
+            await self.health.set(name, status)
+
+    async def stop(self, grace: float) -> None:
+        """Refuse new calls, let in-flight ones finish within `grace` seconds."""
+        await self.health.enter_graceful_shutdown()
+        await self.server.stop(grace)
+
+
+def create_grpc_server(
+    engine: Any, settings: Settings | None = None, *, metrics: Metrics | None = None
+) -> GrpcServer:
+    """Bind (not start) the gRPC server for `engine`; `await server.start()` to serve."""
+    settings = settings or engine.settings
+    return GrpcServer(engine, settings, metrics or Metrics(engine))

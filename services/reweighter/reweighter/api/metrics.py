@@ -1,0 +1,127 @@
+"""Prometheus metrics for one service instance, in its own registry.
+
+A per-instance CollectorRegistry (never the global default) lets two services live in one
+process (tests, notebooks) without sharing counters. The embedder's plain counters
+(`EmbedStats`) are read at scrape time, so the library itself never depends on Prometheus.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from ..errors import ReweighterError
+
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384)
+
+_STAT_COUNTERS = {
+    "cache_hits": "embeddings served from the cache (in-process or Redis)",
+    "cache_misses": "embeddings not in the cache",
+    "redis_errors": "Redis operations that failed (the request went on without the cache)",
+    "dedupe_saved": "texts not encoded because an identical text was in the same batch",
+    "texts_encoded": "texts run through the encoder",
+    "batches": "encoder batches run",
+}
+
+
+class _EngineCollector(Collector):
+    """Reads the engine's embedder counters at scrape time."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+
+    def collect(self) -> Iterator[Any]:
+        ready = GaugeMetricFamily("reweighter_ready", "1 once the embedding model is loaded")
+        ready.add_metric([], 1.0 if self.engine.ready else 0.0)
+        yield ready
+        embedder = self.engine.embedder
+        stats = getattr(embedder, "stats", None)
+        for name, doc in _STAT_COUNTERS.items():
+            family = CounterMetricFamily(f"reweighter_{name}", doc)
+            family.add_metric([], float(getattr(stats, name, 0) or 0))
+            yield family
+
+
+class Metrics:
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+        self.registry = CollectorRegistry()
+        labels = ["transport", "endpoint", "method"]
+        self.requests = Counter(
+            "reweighter_requests",
+            "requests by transport, endpoint, reweighting method and outcome",
+            [*labels, "status"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "reweighter_request_duration_seconds",
+            "request latency by transport, endpoint and reweighting method",
+            labels,
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.in_flight = Gauge(
+            "reweighter_requests_in_flight",
+            "requests being served",
+            ["transport"],
+            registry=self.registry,
+        )
+        self.completions = Histogram(
+            "reweighter_request_completions",
+            "completions per reweight request",
+            ["transport"],
+            buckets=_SIZE_BUCKETS,
+            registry=self.registry,
+        )
+        self.batch_size = Histogram(
+            "reweighter_encoder_batch_size",
+            "texts per encoder batch (dynamic batching across requests)",
+            buckets=_SIZE_BUCKETS,
+            registry=self.registry,
+        )
+        self.registry.register(_EngineCollector(engine))
+
+    @contextmanager
+    def track(self, transport: str, endpoint: str, method: str = "") -> Iterator[None]:
+        """Count and time one request; the outcome label is the error class, or ok."""
+        start = time.perf_counter()
+        gauge = self.in_flight.labels(transport)
+        gauge.inc()
+        status = "ok"
+        try:
+            yield
+        except ReweighterError as e:
+            status = type(e).__name__
+            raise
+        except BaseException:
+            status = "Internal"
+            raise
+        finally:
+            gauge.dec()
+            self.latency.labels(transport, endpoint, method).observe(time.perf_counter() - start)
+            self.requests.labels(transport, endpoint, method, status).inc()
+
+    def count_rejected(self, transport: str, endpoint: str, status: str) -> None:
+        """Requests refused before reaching a handler (schema errors, oversized bodies, auth)."""
+        self.requests.labels(transport, endpoint, "", status).inc()
+
+    def render(self) -> bytes:
+        self._drain_batch_sizes()
+        return generate_latest(self.registry)
+
+    def _drain_batch_sizes(self) -> None:
+        stats = getattr(self.engine.embedder, "stats", None)
+        sizes = getattr(stats, "batch_sizes", None)
+        if not sizes:
+            return
+        taken = sizes[: len(sizes)]
+        del sizes[: len(taken)]
+        for n in taken:
+            self.batch_size.observe(n)
