@@ -1,6 +1,6 @@
 """The HTTP contract as pydantic models: what /openapi.json documents and FastAPI parses.
 
-These models only check the wire format (types, JSON numbers that are finite, no unknown keys).
+These models only check the wire format (types, no unknown keys).
 Every rule about meaning (lengths, limits, method names, parameters) lives in the engine, so
 HTTP and gRPC reject the same requests with the same messages.
 """
@@ -14,7 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, Stric
 Number = StrictFloat | StrictInt
 """A JSON number; strict so that "1" or true is rejected instead of silently converted."""
 
-_WIRE = ConfigDict(extra="forbid", allow_inf_nan=False)
+# NaN and infinity pass through to the engine, which rejects them with the same message on
+# both transports (JSON has no NaN, but Python clients can send it).
+_WIRE = ConfigDict(extra="forbid")
 
 
 class GroupIn(BaseModel):
