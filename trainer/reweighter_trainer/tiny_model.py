@@ -24,6 +24,7 @@ DEFAULT_TINY: dict[str, Any] = {
     "num_key_value_heads": 2,
     "max_position_embeddings": 512,
     "seed": 0,
+    "sft_steps": 150,
 }
 SPECIAL_TOKENS = ["<|endoftext|>", "<|pad|>"]
 
@@ -104,7 +105,43 @@ def _build(cfg: dict[str, Any], out: Path) -> None:
     )
     torch.manual_seed(cfg["seed"])
     model = Qwen2ForCausalLM(config)
+    if cfg["sft_steps"]:
+        _teach_format(model, tokenizer, cfg["sft_steps"], cfg["seed"])
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
+
+
+def _teach_format(model, tokenizer, steps: int, seed: int) -> None:
+    """A few hundred SFT steps on worked answers, so completions use the tags sometimes.
+
+    A randomly initialised model never writes `<answer>`, every reward is 0 and every group has
+    zero spread: reweighting would have nothing to act on and the smoke run would prove nothing.
+    """
+    import random
+
+    import torch
+
+    from reweighter_trainer.data import load_arith_rows
+
+    rng = random.Random(seed)
+    texts = []
+    for r in load_arith_rows():
+        expr = r["prompt"].split("?")[0].removeprefix("What is ")
+        texts.append(
+            f"{r['prompt']} <think>{expr} = {r['answer']}</think>"
+            f"<answer>{r['answer']}</answer>{tokenizer.eos_token}"
+        )
+    opt = torch.optim.AdamW(model.parameters(), lr=5e-3)
+    model.train()
+    tokenizer.padding_side = "right"
+    for _ in range(steps):
+        batch = tokenizer(rng.sample(texts, 16), return_tensors="pt", padding=True)
+        labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+        loss = model(**batch, labels=labels).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    tokenizer.padding_side = "left"
+    model.eval()

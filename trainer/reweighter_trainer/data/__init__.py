@@ -71,7 +71,9 @@ def load_dataset(name: str = "arith", split: str = "train", limit: int | None = 
     elif name == "math":
         ds = _math(split)
     else:
-        raise ValueError(f"dataset.name: unknown dataset {name!r}; choose one of {sorted(DATASETS)}")
+        raise ValueError(
+            f"dataset.name: unknown dataset {name!r}; choose one of {sorted(DATASETS)}"
+        )
     if limit is not None:
         ds = ds.select(range(min(limit, len(ds))))
     return ds

@@ -1,0 +1,188 @@
+"""The trainer's YAML config: GRPOConfig fields at the top level, plus four sections.
+
+    model:      {tiny: {...}} (build a tiny local model) or {name_or_path: Qwen/...}
+    dataset:    {name: arith | gsm8k | math, split, limit}
+    rewards:    {accuracy: weight, format: weight}
+    reweighter: {backend, url | grpc, method, params, advantages, long_text, api_key, ...}
+
+Everything here is checked before any model or dataset is loaded, so a typo costs a second,
+not a model download.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+SECTIONS = ("model", "dataset", "rewards", "reweighter")
+
+
+class ConfigError(ValueError):
+    """A bad config value; the message names the key."""
+
+
+class ModelSection(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name_or_path: str | None = None
+    tiny: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> ModelSection:
+        if (self.name_or_path is None) == (self.tiny is None):
+            raise ValueError("give exactly one of model.name_or_path or model.tiny")
+        return self
+
+
+class DatasetSection(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: Literal["arith", "gsm8k", "math"] = "arith"
+    split: str = "train"
+    limit: int | None = Field(None, ge=1)
+
+
+class ReweighterSection(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    backend: Literal["http", "grpc", "inprocess"] | None = None
+    """Inferred from url / grpc when omitted; "inprocess" loads the embedding model here."""
+    url: str | None = None
+    grpc: str | None = None
+    method: str = "dra"
+    params: dict[str, Any] = Field(default_factory=dict)
+    advantages: Literal["none", "grpo", "dr_grpo"] = "none"
+    long_text: Literal["head", "tail", "chunk_mean"] | None = None
+    """In-process only: a service's long-text policy is the service's own setting."""
+    api_key: str | None = None
+    timeout_s: float = Field(60.0, gt=0)
+    trace_dir: str | None = None
+    """Write every batch's slices and backend requests/results as JSONL here (audits, tests)."""
+
+    @model_validator(mode="after")
+    def _backend(self) -> ReweighterSection:
+        if self.backend is None:
+            given = [b for b, v in (("http", self.url), ("grpc", self.grpc)) if v]
+            if len(given) > 1:
+                raise ValueError("give reweighter.url or reweighter.grpc, not both")
+            self.backend = given[0] if given else "inprocess"
+        if self.backend == "http" and not self.url:
+            raise ValueError("reweighter.backend 'http' needs reweighter.url")
+        if self.backend == "grpc" and not self.grpc:
+            raise ValueError("reweighter.backend 'grpc' needs reweighter.grpc (host:port)")
+        if self.backend != "inprocess" and self.long_text is not None:
+            raise ValueError(
+                "reweighter.long_text applies to the in-process backend only; "
+                "a service uses its own REWEIGHTER_LONG_TEXT"
+            )
+        return self
+
+    @property
+    def target(self) -> str:
+        if self.backend == "http":
+            return str(self.url)
+        if self.backend == "grpc":
+            return f"grpc://{str(self.grpc).removeprefix('grpc://')}"
+        return "inprocess"
+
+
+class TrainConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model: ModelSection
+    dataset: DatasetSection = Field(default_factory=DatasetSection)
+    rewards: dict[Literal["accuracy", "format"], float] = Field(
+        default_factory=lambda: {"accuracy": 1.0, "format": 0.2}
+    )
+    reweighter: ReweighterSection = Field(default_factory=ReweighterSection)
+    grpo: dict[str, Any] = Field(default_factory=dict)
+    """Every other top-level key: passed to trl.GRPOConfig."""
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    """`a.b=value` -> (["a", "b"], yaml-typed value): `steps=3` is an int, `x=null` is None."""
+    if "=" not in item:
+        raise ConfigError(f"override {item!r}: expected key=value")
+    key, raw = item.split("=", 1)
+    if not key:
+        raise ConfigError(f"override {item!r}: empty key")
+    return key.split("."), yaml.safe_load(raw) if raw != "" else ""
+
+
+def load_raw(path: str | Path, overrides: list[str] | None = None) -> dict[str, Any]:
+    try:
+        raw = yaml.safe_load(Path(path).read_text()) or {}
+    except FileNotFoundError as e:
+        raise ConfigError(f"--config: no such file {str(path)!r}") from e
+    except yaml.YAMLError as e:
+        raise ConfigError(f"--config: {path} is not valid YAML: {e}") from e
+    if not isinstance(raw, dict):
+        raise ConfigError(f"--config: {path} must hold a mapping of keys")
+    for item in overrides or []:
+        keys, value = parse_override(item)
+        node = raw
+        for k in keys[:-1]:
+            node = node.setdefault(k, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {item!r}: {k} is not a section")
+        node[keys[-1]] = value
+    return raw
+
+
+def parse(raw: dict[str, Any]) -> TrainConfig:
+    """Validate sections; GRPOConfig fields are checked by `grpo_args` (it needs trl)."""
+    sections = {k: raw[k] for k in SECTIONS if k in raw}
+    grpo = {k: v for k, v in raw.items() if k not in SECTIONS}
+    try:
+        cfg = TrainConfig(**sections, grpo=grpo)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "config"
+        raise ConfigError(f"{where}: {first['msg']}") from e
+    _check_method(cfg.reweighter)
+    return cfg
+
+
+def _check_method(rw: ReweighterSection) -> None:
+    """Unknown method or bad params: named now, not after the model has loaded."""
+    from reweighter.methods import METHODS
+
+    if rw.method not in METHODS:
+        raise ConfigError(
+            f"reweighter.method: unknown method {rw.method!r}; choose one of {sorted(METHODS)}"
+        )
+    try:
+        METHODS[rw.method].params_model.model_validate(rw.params)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ConfigError(
+            f"reweighter.params{'.' + where if where else ''}: {first['msg']} "
+            f"(method {rw.method!r})"
+        ) from e
+
+
+def grpo_args(cfg: TrainConfig):
+    """trl.GRPOConfig from the top-level keys; unknown keys are named."""
+    import dataclasses
+
+    from trl import GRPOConfig
+
+    known = {f.name for f in dataclasses.fields(GRPOConfig)}
+    unknown = sorted(set(cfg.grpo) - known)
+    if unknown:
+        raise ConfigError(
+            f"{unknown[0]}: not a GRPOConfig field nor a section ({', '.join(SECTIONS)})"
+        )
+    kwargs = dict(cfg.grpo)
+    kwargs.setdefault("output_dir", "outputs/reweighter-grpo")
+    kwargs.setdefault("report_to", "none")
+    try:
+        args = GRPOConfig(**kwargs)
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"GRPOConfig: {e}") from e
+    if cfg.reweighter.advantages != "none" and args.scale_rewards != "none":
+        raise ConfigError(
+            "reweighter.advantages: returning the service's advantages needs scale_rewards: none "
+            "(otherwise TRL would normalise them a second time)"
+        )
+    return args

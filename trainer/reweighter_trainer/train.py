@@ -1,0 +1,120 @@
+"""Wire a validated config into TRL's GRPOTrainer with a reweighted reward, train, and report.
+
+The order is deliberate: config, then the Reweighter backend (reachable? knows the method?),
+and only then the dataset and the model, so every configuration mistake fails in seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from reweighter.integrations.trl import Backend, ReweightedReward, connect
+from reweighter.types import ReweightRequest, ReweightResult
+
+from .config import ConfigError, ReweighterSection, TrainConfig, grpo_args
+from .rewards import REWARDS
+from .trace import RecordingBackend, SliceTrace
+
+
+def process_rank() -> int:
+    """Global rank from the launcher's environment (accelerate/torchrun), before torch init."""
+    return int(os.environ.get("RANK", "0"))
+
+
+class _MainProcessOnly:
+    """Stand-in on non-main ranks: the integration only calls the backend on rank 0."""
+
+    def reweight(self, request: ReweightRequest) -> ReweightResult:  # pragma: no cover
+        raise RuntimeError("the backend is only called on the main process")
+
+
+def build_backend(rw: ReweighterSection, rank: int) -> Backend:
+    if rw.backend == "inprocess":
+        # One embedding model per job, not per process: only rank 0 ever reweights.
+        return connect("inprocess", long_text=rw.long_text) if rank == 0 else _MainProcessOnly()
+    key = "url" if rw.backend == "http" else "grpc"
+    try:
+        backend = connect(rw.target, api_key=rw.api_key, timeout_s=rw.timeout_s)
+        info = backend.info()  # type: ignore[attr-defined]
+    except Exception as e:
+        raise ConfigError(
+            f"reweighter.{key}: cannot reach the Reweighter at {rw.target}: {type(e).__name__}: {e}"
+        ) from e
+    methods = info.get("methods") if isinstance(info, dict) else None
+    if methods and rw.method not in methods:
+        raise ConfigError(
+            f"reweighter.method: the service at {rw.target} does not offer {rw.method!r} "
+            f"(it offers {sorted(methods)})"
+        )
+    return backend
+
+
+def run(cfg: TrainConfig) -> dict[str, Any]:
+    started = time.perf_counter()
+    args = grpo_args(cfg)
+    rank = process_rank()
+    backend = build_backend(cfg.reweighter, rank)
+    on_result = None
+    if cfg.reweighter.trace_dir:
+        trace_dir = Path(cfg.reweighter.trace_dir)
+        trace_dir.mkdir(parents=True, exist_ok=True)
+        if rank == 0:
+            backend = RecordingBackend(backend, trace_dir / "requests.jsonl")
+        on_result = SliceTrace(trace_dir, rank)
+    reward = ReweightedReward(
+        reward_funcs=[REWARDS[name] for name in cfg.rewards],
+        weights=list(cfg.rewards.values()),
+        backend=backend,
+        num_generations=args.num_generations,
+        num_generations_eval=args.num_generations_eval,
+        method=cfg.reweighter.method,
+        params=cfg.reweighter.params,
+        advantages=cfg.reweighter.advantages,
+        on_result=on_result,
+    )
+
+    # Only now the heavy parts.
+    from transformers import AutoTokenizer
+    from trl import GRPOTrainer
+
+    from .data import load_dataset
+
+    dataset = load_dataset(cfg.dataset.name, cfg.dataset.split, cfg.dataset.limit)
+    if cfg.model.tiny is not None:
+        from .tiny_model import tiny_model_path
+
+        model_path = str(tiny_model_path(cfg.model.tiny))
+    else:
+        model_path = str(cfg.model.name_or_path)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    trainer = GRPOTrainer(
+        model=model_path,
+        reward_funcs=[reward],
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+    )
+    train_started = time.perf_counter()
+    trainer.train()
+    train_s = time.perf_counter() - train_started
+    t = reward.timings
+    summary = {
+        "backend": cfg.reweighter.backend,
+        "method": cfg.reweighter.method,
+        "steps": trainer.state.global_step,
+        "process_wall_s": time.perf_counter() - started,
+        "train_wall_s": train_s,
+        **t.as_dict(),
+        "reweight_share": t.reweight_s / train_s if train_s > 0 else 0.0,
+    }
+    if trainer.accelerator.is_main_process:
+        out = Path(args.output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "reweighter_summary.json").write_text(json.dumps(summary, indent=2))
+        (out / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=2))
+        print("reweighter-train summary: " + json.dumps(summary), flush=True)
+    return summary
