@@ -56,7 +56,7 @@ def accuracy_reward(
 
 
 def format_reward(prompts: Sequence[Any], completions: Sequence[Any], **_: Any) -> list[float]:
-    """1.0 for `<think>…</think><answer>…</answer>` and nothing else; 0.5 for an answer tag alone."""
+    """1.0 for `<think>…</think><answer>…</answer>` alone; 0.5 for just an answer tag."""
     out = []
     for completion in completions:
         text = completion_text(completion)

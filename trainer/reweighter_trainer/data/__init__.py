@@ -61,7 +61,7 @@ DATASETS = {"arith", "gsm8k", "math"}
 
 
 def load_dataset(name: str = "arith", split: str = "train", limit: int | None = None) -> Any:
-    """A `datasets.Dataset` with columns prompt, answer. GSM8K and MATH need the Hugging Face hub."""
+    """A `datasets.Dataset` with columns prompt, answer; GSM8K and MATH need the HF hub."""
     import datasets
 
     if name == "arith":
