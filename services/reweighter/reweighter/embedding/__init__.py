@@ -1,0 +1,60 @@
+"""Embedding: encoders, the long-text policies, dedupe, caches and dynamic batching."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from reweighter.embedding.base import Embedder, EmbedStats, Encoder
+from reweighter.embedding.batcher import DynamicBatcher
+from reweighter.embedding.cache import EmbeddingCache, LRUCache, RedisCache, TieredCache
+from reweighter.embedding.embedder import CachingEmbedder
+
+if TYPE_CHECKING:
+    from reweighter.config import Settings
+
+__all__ = [
+    "CachingEmbedder",
+    "DynamicBatcher",
+    "EmbedStats",
+    "Embedder",
+    "EmbeddingCache",
+    "Encoder",
+    "LRUCache",
+    "RedisCache",
+    "TieredCache",
+    "build_cache",
+    "build_embedder",
+]
+
+
+def build_cache(settings: Settings) -> EmbeddingCache | None:
+    """LRU (cache_max_bytes > 0) in front of Redis (redis_url set); either alone; or none."""
+    lru = LRUCache(settings.cache_max_bytes) if settings.cache_max_bytes > 0 else None
+    if not settings.redis_url:
+        return lru
+    redis = RedisCache(settings.redis_url, settings.cache_ttl_s)
+    return TieredCache(lru, redis) if lru is not None else redis
+
+
+def build_embedder(settings: Settings) -> Embedder:
+    """Loads the model named by the settings (the bundled MiniLM by default) behind its cache.
+
+    Batch limits the operator did not set explicitly are left to the encoder, which picks them
+    for its device (small token budgets on CPU, large on GPU).
+    """
+    from reweighter.embedding.sentence_transformers import SentenceTransformerEncoder
+
+    explicit = settings.model_fields_set
+    encoder = SentenceTransformerEncoder(
+        settings.model,
+        device=settings.device,
+        long_text=settings.long_text,
+        max_seq_length=settings.max_seq_length,
+    )
+    return CachingEmbedder(
+        encoder,
+        build_cache(settings),
+        max_batch_tokens=settings.max_batch_tokens if "max_batch_tokens" in explicit else None,
+        max_batch_size=settings.max_batch_size if "max_batch_size" in explicit else None,
+        max_queue=settings.max_queue,
+    )

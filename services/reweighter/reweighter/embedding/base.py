@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,6 +16,12 @@ class Encoder(ABC):
     """Stable identifier of the weights (part of every cache key)."""
     dim: int
     device: str
+    max_batch_tokens: int = 16384
+    """Token budget of one forward pass (padded length x sequences); the embedder may set it."""
+    max_batch_size: int = 64
+    """At most this many sequences in one forward pass; the embedder may set it."""
+    on_batch: Callable[[int], None] | None = None
+    """Called with the sequence count of every forward pass (the embedder's batch metrics)."""
 
     @property
     def cache_namespace(self) -> str:
