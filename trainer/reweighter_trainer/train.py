@@ -40,6 +40,9 @@ def build_backend(rw: ReweighterSection, rank: int) -> Backend:
     try:
         backend = connect(rw.target, api_key=rw.api_key, timeout_s=rw.timeout_s)
         info = backend.info()  # type: ignore[attr-defined]
+        wait_ready = getattr(backend, "wait_ready", None)
+        if callable(wait_ready):  # reachable but still loading its model: wait, don't 503
+            wait_ready(timeout=rw.timeout_s)
     except Exception as e:
         raise ConfigError(
             f"reweighter.{key}: cannot reach the Reweighter at {rw.target}: {type(e).__name__}: {e}"
