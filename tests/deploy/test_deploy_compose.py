@@ -1,0 +1,219 @@
+"""docker-compose.yml: valid for Docker Compose v2 in every profile, and wired the way the
+services expect (health checks, GPU reservations, ports, variables)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from deploy_support import (
+    COMPOSE_FILE,
+    ENV_EXAMPLE,
+    INSTALL_HINT,
+    REPO,
+    compose_command,
+    compose_variables,
+    env_example,
+    load_compose,
+    run_compose,
+)
+
+CPU = {"redis", "reweighter-cpu", "trainer-cpu"}
+GPU = {"redis", "reweighter", "rollout", "trainer"}
+ROLLOUT_VARS = {
+    "MODEL",
+    "TENSOR_PARALLEL_SIZE",
+    "DATA_PARALLEL_SIZE",
+    "GPU_MEMORY_UTILIZATION",
+    "MAX_MODEL_LEN",
+    "HOST",
+    "PORT",
+}
+
+
+@pytest.fixture(scope="module")
+def compose() -> list[str]:
+    cmd = compose_command()
+    if cmd is None:
+        pytest.skip(f"Docker Compose v2 not found: {INSTALL_HINT}")
+    return cmd
+
+
+@pytest.fixture
+def empty_env(tmp_path: Path) -> Path:
+    path = tmp_path / "empty.env"
+    path.write_text("")
+    return path
+
+
+# ---- the validator -------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "profiles", [["cpu"], ["gpu"], ["cpu", "monitoring"], ["gpu", "monitoring"]]
+)
+@pytest.mark.parametrize("env_file", ["defaults", ".env.example"])
+def test_compose_file_validates(compose, empty_env, profiles, env_file) -> None:
+    env = empty_env if env_file == "defaults" else ENV_EXAMPLE
+    flags = [a for p in profiles for a in ("--profile", p)]
+    out = run_compose(compose, *flags, "config", "-q", env_file=env)
+    assert out.returncode == 0, out.stderr
+    names = run_compose(compose, *flags, "config", "--services", env_file=env)
+    assert names.returncode == 0, names.stderr
+    expected = (CPU if "cpu" in profiles else GPU) | (
+        {"prometheus"} if "monitoring" in profiles else set()
+    )
+    assert set(names.stdout.split()) == expected
+
+
+def test_validator_rejects_a_broken_file(compose, tmp_path, empty_env) -> None:
+    """The check above can fail: a wrong depends_on condition is refused."""
+    broken = tmp_path / "docker-compose.yml"
+    broken.write_text(COMPOSE_FILE.read_text().replace("service_healthy", "service_happy", 1))
+    out = run_compose(compose, "--profile", "cpu", "config", "-q", env_file=empty_env, file=broken)
+    assert out.returncode != 0
+    assert "depends_on.redis.condition" in out.stderr
+
+
+def test_cpu_profile_reserves_no_gpu(compose, empty_env) -> None:
+    """Compose's own resolved model of the cpu profile: no device reservation anywhere."""
+    out = run_compose(compose, "--profile", "cpu", "config", "--format", "json", env_file=empty_env)
+    assert out.returncode == 0, out.stderr
+    resolved = json.loads(out.stdout)
+    assert set(resolved["services"]) == CPU
+    assert "devices" not in json.dumps(resolved)
+    assert resolved["services"]["reweighter-cpu"]["build"]["args"] == {"DEVICE": "cpu"}
+    assert resolved["services"]["trainer-cpu"]["build"]["args"] == {"DEVICE": "cpu"}
+
+
+def test_loader_agrees_with_compose(compose, empty_env) -> None:
+    """The e2e test reads the file with deploy_support.load_compose: it must see what compose
+    sees (commands, environment, healthchecks) for the cpu profile."""
+    out = run_compose(compose, "--profile", "cpu", "config", "--format", "json", env_file=empty_env)
+    resolved = json.loads(out.stdout)["services"]
+    ours = load_compose().profile("cpu")
+    for name in CPU:
+        theirs = resolved[name]
+        assert ours[name].spec.get("command") == theirs.get("command"), name
+        assert ours[name].environment({}) == {
+            k: v for k, v in (theirs.get("environment") or {}).items() if v is not None
+        }, name
+        if "healthcheck" in theirs:
+            assert ours[name].spec["healthcheck"]["test"] == theirs["healthcheck"]["test"], name
+
+
+# ---- wiring (read with the same loader the e2e test uses) ----------------------------------
+def test_profiles_split_the_stacks() -> None:
+    c = load_compose()
+    assert set(c.profile("cpu")) == CPU
+    assert set(c.profile("gpu")) == GPU
+    # The cpu reweighter answers to the same name, so clients and scrape targets do not change.
+    assert "reweighter" in c.services["reweighter-cpu"].aliases
+
+
+def test_gpu_services_reserve_gpus_and_cpu_services_none() -> None:
+    c = load_compose()
+    for name in ("reweighter", "rollout", "trainer"):
+        devices = c.services[name].gpu_devices()
+        assert devices and all(d["driver"] == "nvidia" for d in devices), name
+    for name in CPU:
+        assert c.services[name].gpu_devices() == [], name
+    assert c.services["reweighter"].environment({})["REWEIGHTER_DEVICE"] == "cuda"
+    assert c.services["reweighter-cpu"].environment({})["REWEIGHTER_DEVICE"] == "cpu"
+
+
+def test_every_dependency_waits_for_health() -> None:
+    c = load_compose()
+    for name, svc in c.services.items():
+        for dep, cond in (svc.spec.get("depends_on") or {}).items():
+            assert cond["condition"] == "service_healthy", f"{name} -> {dep}"
+            assert "healthcheck" in c.services[dep].spec, f"{dep} has no healthcheck"
+    assert set(c.services["trainer"].spec["depends_on"]) == {"reweighter", "rollout"}
+    assert set(c.services["trainer-cpu"].spec["depends_on"]) == {"reweighter-cpu"}
+
+
+def test_health_checks_hit_the_right_endpoints() -> None:
+    c = load_compose()
+    for name in ("reweighter", "reweighter-cpu"):
+        test = " ".join(c.services[name].spec["healthcheck"]["test"])
+        assert "/readyz" in test and "REWEIGHTER_HTTP_PORT" in test, name
+    rollout = c.services["rollout"]
+    assert "127.0.0.1:8000/health/" in " ".join(rollout.spec["healthcheck"]["test"])
+    assert rollout.spec["healthcheck"]["test"][0] == "CMD"
+
+
+def test_rollout_gets_every_variable_its_entrypoint_reads() -> None:
+    env = load_compose().services["rollout"].environment({})
+    assert set(env) >= ROLLOUT_VARS
+    assert env["PORT"] == "8000" and env["HOST"] == "0.0.0.0"
+    assert re.match(r"^[\w.-]+/[\w.-]+$", env["MODEL"])
+    entrypoint = REPO / "services" / "rollout" / "entrypoint.sh"
+    if not entrypoint.exists():
+        pytest.fail("services/rollout/entrypoint.sh is missing (the rollout image's entrypoint)")
+    text = entrypoint.read_text()
+    for var in ROLLOUT_VARS:
+        assert re.search(rf"\${{?{var}\b", text), f"entrypoint.sh never reads {var}"
+
+
+def test_ports_and_service_urls_line_up() -> None:
+    c = load_compose()
+    published = {
+        name: {p.rsplit(":", 1)[1] for p in svc.spec.get("ports", [])}
+        for name, svc in c.services.items()
+    }
+    assert published["reweighter"] == published["reweighter-cpu"] == {"8080", "50051"}
+    assert published["rollout"] == {"8000"}
+    assert "redis" not in published or not published["redis"]
+    for p in c.services["reweighter"].spec["ports"]:
+        assert p.startswith("127.0.0.1:"), "published on loopback unless PUBLISH_ADDRESS says so"
+    env = c.services["reweighter-cpu"].environment({})
+    assert (env["REWEIGHTER_HTTP_PORT"], env["REWEIGHTER_GRPC_PORT"]) == ("8080", "50051")
+    assert env["REWEIGHTER_HOST"] == "0.0.0.0"
+    assert env["REDIS_URL"] == "redis://redis:6379/0"
+    for name in ("trainer", "trainer-cpu"):
+        assert "reweighter.url=http://reweighter:8080" in c.services[name].spec["command"]
+    assert "vllm_server_base_url=http://rollout:8000" in c.services["trainer"].spec["command"]
+
+
+def test_trainer_configs_exist() -> None:
+    c = load_compose()
+    for name in ("trainer", "trainer-cpu"):
+        cmd = c.services[name].spec["command"]
+        config = cmd[cmd.index("--config") + 1]
+        assert (REPO / config).is_file(), f"{name}: {config} does not exist"
+
+
+def test_volumes_hold_model_cache_and_checkpoints() -> None:
+    c = load_compose()
+    assert set(c.raw["volumes"]) == {"models", "checkpoints"}
+    mounts = {n: s.spec.get("volumes", []) for n, s in c.services.items()}
+    assert "checkpoints:/data/checkpoints" in mounts["trainer"]
+    assert "checkpoints:/data/checkpoints" in mounts["trainer-cpu"]
+    assert "models:/cache/huggingface" in mounts["rollout"]
+    for name in ("trainer", "trainer-cpu"):
+        out = next(a for a in c.services[name].spec["command"] if a.startswith("output_dir="))
+        assert out.removeprefix("output_dir=").startswith("/data/checkpoints/"), name
+
+
+def test_env_example_lists_every_variable_with_the_same_default() -> None:
+    values, commented = env_example()
+    used = compose_variables()
+    missing = set(used) - set(values) - commented
+    assert not missing, f".env.example lacks {sorted(missing)}"
+    for name, default in used.items():
+        if name in values and default is not None:
+            assert values[name] == default, f"{name}: .env.example {values[name]!r} != {default!r}"
+    unused = set(values) - set(used) - {"COMPOSE_PROFILES"}
+    assert not unused, f".env.example sets variables the compose file ignores: {sorted(unused)}"
+    assert values["COMPOSE_PROFILES"] == "gpu"
+
+
+def test_prometheus_scrapes_the_service_port() -> None:
+    c = load_compose()
+    mount = c.services["prometheus"].spec["volumes"][0]
+    source = REPO / mount.split(":")[0]
+    config = yaml.safe_load(source.read_text())
+    (job,) = [j for j in config["scrape_configs"] if j["job_name"] == "reweighter"]
+    assert job["metrics_path"] == "/metrics"
+    assert job["static_configs"][0]["targets"] == ["reweighter:8080"]

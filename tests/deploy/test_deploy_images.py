@@ -1,0 +1,238 @@
+"""The Dockerfiles, read without a docker engine: each entrypoint exists in the package, every
+COPY source exists and passes .dockerignore, versions are pinned, the CPU build gets CPU torch."""
+
+from __future__ import annotations
+
+import fnmatch
+import importlib
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from deploy_support import REPO, Instruction, build_args, dockerfile, final_stage, image_env
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+ROOT_CONTEXT = {  # Dockerfiles built with the repository root as context
+    "services/reweighter/Dockerfile": "reweighter",
+    "trainer/Dockerfile": "reweighter-train",
+}
+PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
+SCRIPTS = PYPROJECT["project"]["scripts"]
+
+
+def instructions(rel: str) -> list[Instruction]:
+    return dockerfile(REPO / rel)
+
+
+def entry_command(rel: str) -> list[str]:
+    final = final_stage(instructions(rel))
+    entry = [i for i in final if i.keyword == "ENTRYPOINT"][-1].exec_form()
+    cmd = [i for i in final if i.keyword == "CMD"][-1].exec_form()
+    return entry + cmd
+
+
+# ---- .dockerignore, as docker reads it -------------------------------------------------------
+def _ignored(path: str, rules: list[tuple[bool, str]]) -> bool:
+    """Docker's rule: the last matching pattern wins; a pattern also matches everything below a
+    directory it matches."""
+    parts = path.split("/")
+    prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+    ignored = False
+    for negate, pattern in rules:
+        anywhere = pattern.startswith("**/")
+        # `*` stays within one path segment; `**/` matches any number of leading directories.
+        regex = fnmatch.translate(pattern.removeprefix("**/")).replace(".*", "[^/]*")
+        if anywhere:
+            regex = "(?:.*/)?" + regex
+        if any(re.fullmatch(regex, p) for p in prefixes):
+            ignored = not negate
+    return ignored
+
+
+def dockerignore_rules() -> list[tuple[bool, str]]:
+    rules = []
+    for line in (REPO / ".dockerignore").read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            rules.append((line.startswith("!"), line.lstrip("!").strip("/")))
+    return rules
+
+
+def test_dockerignore_matcher_behaves_like_docker() -> None:
+    rules = [(False, "*"), (True, "src"), (False, "**/__pycache__")]
+    assert _ignored(".venv/bin/python", rules)
+    assert not _ignored("src/pkg/mod.py", rules)
+    assert _ignored("src/pkg/__pycache__/mod.pyc", rules)
+
+
+def test_build_context_keeps_sources_and_drops_the_rest() -> None:
+    rules = dockerignore_rules()
+    for path in (
+        ".venv/bin/python",
+        ".git/HEAD",
+        "tests/conftest.py",
+        "outputs/x",
+        "services/reweighter/reweighter/__pycache__/cli.cpython-311.pyc",
+    ):
+        assert _ignored(path, rules), path
+    for path in (
+        "pyproject.toml",
+        "services/reweighter/reweighter/cli.py",
+        "trainer/configs/smoke-cpu.yaml",
+        "deploy/docker/requirements-service.txt",
+    ):
+        assert not _ignored(path, rules), path
+
+
+@pytest.mark.parametrize("rel", sorted(ROOT_CONTEXT))
+def test_copy_sources_exist_and_reach_the_context(rel: str) -> None:
+    rules = dockerignore_rules()
+    copies = [i for i in instructions(rel) if i.keyword == "COPY" and "--from=" not in i.args]
+    assert copies
+    for copy in copies:
+        *sources, _dest = copy.args.split()
+        for src in sources:
+            assert (REPO / src).exists(), f"{rel}: COPY {src}: no such path"
+            assert not _ignored(src, rules), f"{rel}: COPY {src} is excluded by .dockerignore"
+
+
+# ---- entrypoints -----------------------------------------------------------------------------
+@pytest.mark.parametrize("rel,script", sorted(ROOT_CONTEXT.items()))
+def test_entrypoint_is_a_console_script_of_the_package(rel: str, script: str) -> None:
+    command = entry_command(rel)
+    assert command[0] == script
+    target = SCRIPTS[script]
+    module, _, attr = target.partition(":")
+    assert callable(getattr(importlib.import_module(module), attr)), target
+    installed = Path(sys.executable).parent / script
+    assert installed.is_file(), f"{script} is not installed in the venv"
+
+
+def test_reweighter_image_command_is_accepted() -> None:
+    """`reweighter serve` parses (the running service is exercised by the cpu-profile test)."""
+    command = entry_command("services/reweighter/Dockerfile")
+    assert command == ["reweighter", "serve"]
+    out = subprocess.run(
+        [str(Path(sys.executable).parent / command[0]), *command[1:], "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    for flag in ("--host", "--http-port", "--grpc-port"):
+        assert flag in out.stdout
+
+
+def test_trainer_image_command_names_a_shipped_config() -> None:
+    command = entry_command("trainer/Dockerfile")
+    config = command[command.index("--config") + 1]
+    assert (REPO / config).is_file()
+    # The runtime stage copies the configs to WORKDIR/trainer/configs, so the path resolves.
+    final = final_stage(instructions("trainer/Dockerfile"))
+    workdir = [i.args for i in final if i.keyword == "WORKDIR"][-1]
+    copies = [i.args.split() for i in final if i.keyword == "COPY" and "--from=" not in i.args]
+    assert ["trainer/configs", f"{workdir}/trainer/configs"] in copies
+
+
+def test_rollout_image_entrypoint_exists() -> None:
+    rel = REPO / "services" / "rollout" / "Dockerfile"
+    if not rel.exists():
+        pytest.fail("services/rollout/Dockerfile is missing")
+    final = final_stage(dockerfile(rel))
+    command = [w for i in final if i.keyword in ("ENTRYPOINT", "CMD") for w in i.exec_form()]
+    scripts = [w for w in command if w.endswith(".sh")]
+    assert scripts, f"rollout image runs {command}: expected its entrypoint.sh"
+    assert (REPO / "services" / "rollout" / "entrypoint.sh").is_file()
+    assert any(Path(w).name == "entrypoint.sh" for w in scripts)
+    if command[0].endswith(".sh"):
+        assert os.access(REPO / "services/rollout/entrypoint.sh", os.X_OK), "not executable"
+
+
+# ---- image properties ------------------------------------------------------------------------
+@pytest.mark.parametrize("rel", sorted(ROOT_CONTEXT))
+def test_runs_as_non_root(rel: str) -> None:
+    final = final_stage(instructions(rel))
+    user = [i.args for i in final if i.keyword == "USER"][-1]
+    args = build_args(instructions(rel)) | {
+        i.args.split("=")[0]: i.args.split("=")[1]
+        for i in final
+        if i.keyword == "ARG" and "=" in i.args
+    }
+    uid = re.sub(r"\$\{(\w+)\}", lambda m: args[m.group(1)], user)
+    assert uid not in ("root", "0") and int(uid) >= 1000
+
+
+def test_reweighter_image_health_checks_readiness() -> None:
+    final = final_stage(instructions("services/reweighter/Dockerfile"))
+    (check,) = [i for i in final if i.keyword == "HEALTHCHECK"]
+    assert "/readyz" in " ".join(check.healthcheck())
+    exposed = {p for i in final if i.keyword == "EXPOSE" for p in i.args.split()}
+    assert exposed == {"8080", "50051"}
+    env = image_env(instructions("services/reweighter/Dockerfile"))
+    assert env["REWEIGHTER_HOST"] == "0.0.0.0"
+    assert env["HF_HUB_OFFLINE"] == "1", "the bundled model needs no download"
+
+
+@pytest.mark.parametrize("rel", sorted(ROOT_CONTEXT))
+def test_cpu_build_installs_cpu_torch(rel: str) -> None:
+    instrs = instructions(rel)
+    cpu = image_env(instrs, {"DEVICE": "cpu"})
+    gpu = image_env(instrs, {"DEVICE": "gpu"})
+    assert cpu["TORCH_INDEX_URL"] == "https://download.pytorch.org/whl/cpu"
+    assert re.fullmatch(r"https://download\.pytorch\.org/whl/cu\d+", gpu["TORCH_INDEX_URL"])
+    assert build_args(instrs)["DEVICE"] == "gpu"
+    torch_version = next(
+        i.args.split("=", 1)[1]
+        for i in instrs
+        if i.keyword == "ARG" and i.args.startswith("TORCH_VERSION=")
+    )
+    assert torch_version == "2.13.0"
+    runs = " ".join(i.args for i in instrs if i.keyword == "RUN")
+    assert 'pip install "torch==${TORCH_VERSION}" --index-url "${TORCH_INDEX_URL}"' in runs
+
+
+@pytest.mark.parametrize("rel", sorted(ROOT_CONTEXT))
+def test_base_images_are_pinned(rel: str) -> None:
+    instrs = instructions(rel)
+    args = build_args(instrs)
+    stages = {i.stage for i in instrs if i.keyword == "FROM"}
+    for i in instrs:
+        if i.keyword != "FROM":
+            continue
+        image = re.sub(r"\$\{(\w+)\}", lambda m: args[m.group(1)], i.args.split()[0])
+        if image in stages or image.startswith("base-"):
+            continue
+        name, _, tag = image.rpartition(":")
+        assert name and tag and tag != "latest" and re.search(r"\d+\.\d+", tag), image
+
+
+@pytest.mark.parametrize(
+    "extra,file", [((), "requirements-service.txt"), (("trainer",), "requirements-trainer.txt")]
+)
+def test_pinned_requirements_cover_the_package(extra: tuple[str, ...], file: str) -> None:
+    """Images install exact versions: every dependency of the package is pinned with ==."""
+    pins = {}
+    for line in (REPO / "deploy" / "docker" / file).read_text().splitlines():
+        if line and not line.startswith("#"):
+            req = Requirement(line)
+            (spec,) = req.specifier
+            assert spec.operator == "==", line
+            pins[canonicalize_name(req.name)] = spec.version
+    wanted = list(PYPROJECT["project"]["dependencies"])
+    for e in extra:
+        wanted += PYPROJECT["project"]["optional-dependencies"][e]
+    for line in wanted:
+        req = Requirement(line)
+        name = canonicalize_name(req.name)
+        assert name in pins, (
+            f"{file}: {name} is not pinned (run deploy/docker/freeze_requirements.py)"
+        )
+        assert req.specifier.contains(pins[name], prereleases=True), (
+            f"{name}=={pins[name]} vs {req}"
+        )
+    assert pins["torch"] == "2.13.0"
