@@ -7,7 +7,7 @@ request: the engine does, so both transports reject the same inputs with the sam
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -126,15 +126,18 @@ def error_to_http(exc: ReweighterError) -> dict[str, Any]:
     return {"error": {"message": exc.message, "field": exc.field, "type": type(exc).__name__}}
 
 
-def validation_field(loc: Iterable[Any], known: set[str]) -> str | None:
-    """A pydantic error location as the engine's dotted path: ("body","groups",0,"rewards") ->
-    "groups[0].rewards". Union-branch tags that pydantic inserts ("float", "int") are dropped."""
+def validation_field(error: Mapping[str, Any], known: set[str]) -> str | None:
+    """A pydantic error's location as the engine's dotted path: ("body","groups",0,"rewards") ->
+    "groups[0].rewards". Union-branch tags that pydantic inserts ("float", "int") are dropped;
+    an unknown key (extra="forbid") is kept, since it is the field at fault."""
+    loc = list(error.get("loc", ()))
     out = ""
-    for part in loc:
+    for i, part in enumerate(loc):
+        last_extra = error.get("type") == "extra_forbidden" and i == len(loc) - 1
         if isinstance(part, int):
             out += f"[{part}]"
-        elif part in known:
-            out += f".{part}" if out else part
+        elif part in known or (last_extra and part != "body"):
+            out += f".{part}" if out else str(part)
     return out or None
 
 

@@ -70,7 +70,7 @@ def create_app(engine: Any, settings: Settings | None = None, *, metrics: Metric
     @app.exception_handler(RequestValidationError)
     async def _schema_error(request: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0]
-        field = convert.validation_field(first.get("loc", ()), _SCHEMA_FIELDS)
+        field = convert.validation_field(first, _SCHEMA_FIELDS)
         if first.get("type") == "json_invalid":
             message = f"invalid JSON: {first.get('ctx', {}).get('error', first.get('msg'))}"
             field = None
