@@ -10,18 +10,23 @@ model works and short texts get exactly the vectors plain `encode` gives.
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from reweighter.config import LongTextPolicy
 from reweighter.embedding.base import Encoder
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +116,19 @@ class SentenceTransformerEncoder(Encoder):
         self.max_batch_tokens = max_batch_tokens or default_tokens
         self.max_batch_size = max_batch_size or DEFAULT_BATCH_SIZE
         self.on_batch: Callable[[int], None] | None = None
+
+    def with_long_text(self, long_text: LongTextPolicy) -> SentenceTransformerEncoder:
+        """A view of the same loaded model under another policy (no second copy of the weights)."""
+        if long_text not in POLICIES:
+            raise ValueError(f"long_text must be one of {POLICIES}, got {long_text!r}")
+        other = copy.copy(self)
+        other.long_text = long_text
+        other.on_batch = None
+        return other
+
+    @property
+    def model(self) -> SentenceTransformer:
+        return self._model
 
     @property
     def cache_namespace(self) -> str:

