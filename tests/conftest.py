@@ -1,4 +1,4 @@
-"""Shared fixtures: real Redis (the machine's, or one we start), free loopback ports, offline hub."""
+"""Shared fixtures: real Redis (the machine's or our own), free loopback ports, offline hub."""
 
 from __future__ import annotations
 
