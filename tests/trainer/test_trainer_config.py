@@ -1,0 +1,90 @@
+"""Config errors are named, and the CLI stops on them before loading any model."""
+
+from __future__ import annotations
+
+import pytest
+
+from reweighter_trainer.config import ConfigError, grpo_args, load_raw, parse
+from reweighter_trainer.train import build_backend
+
+SMOKE = "trainer/configs/smoke-cpu.yaml"
+
+
+def _cfg(*overrides: str):
+    return parse(load_raw(SMOKE, list(overrides)))
+
+
+def test_smoke_config_parses():
+    cfg = _cfg()
+    assert cfg.reweighter.backend == "http" and cfg.model.tiny == {}
+    args = grpo_args(cfg)
+    assert args.num_generations == 4 and args.max_steps == 3
+
+
+def test_overrides_are_typed_and_dotted():
+    cfg = _cfg(
+        "max_steps=7",
+        "reweighter.url=null",
+        "reweighter.grpc=h:1",
+        "reweighter.method=mmr",
+        "reweighter.params.lambda=0.25",
+    )
+    assert cfg.grpo["max_steps"] == 7
+    assert cfg.reweighter.backend == "grpc" and cfg.reweighter.target == "grpc://h:1"
+    assert cfg.reweighter.params == {"lambda": 0.25}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        (["reweighter.method=nope"], "reweighter.method"),
+        (["reweighter.params.similarity_floor=abc"], "reweighter.params.similarity_floor"),
+        (["reweighter.method=mmr", "reweighter.params.lambda=2"], "reweighter.params.lambda"),
+        (["reweighter.grpc=h:1"], "not both"),
+        (["reweighter.long_text=tail"], "reweighter.long_text"),
+        (["reweighter.colour=red"], "reweighter.colour"),
+        (["dataset.name=imagenet"], "dataset.name"),
+        (["model.name_or_path=x"], "exactly one of model.name_or_path or model.tiny"),
+    ],
+)
+def test_bad_sections_are_named(overrides, named):
+    with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
+        _cfg(*overrides)
+
+
+def test_unknown_grpo_field_is_named():
+    with pytest.raises(ConfigError, match="max_stepz"):
+        grpo_args(_cfg("max_stepz=3"))
+
+
+def test_service_advantages_need_unscaled_rewards():
+    with pytest.raises(ConfigError, match="scale_rewards"):
+        grpo_args(_cfg("reweighter.advantages=grpo"))
+    assert grpo_args(_cfg("reweighter.advantages=grpo", "scale_rewards=none"))
+
+
+def test_unreachable_service_is_named(free_port):
+    cfg = _cfg(f"reweighter.url=http://127.0.0.1:{free_port}")
+    with pytest.raises(ConfigError, match=f"reweighter.url: cannot reach .*:{free_port}"):
+        build_backend(cfg.reweighter, rank=0)
+
+
+@pytest.mark.parametrize("kind", ["method", "unreachable"])
+def test_cli_fails_fast_before_any_model_loads(run_cli, free_port, kind, tmp_path):
+    # The model path does not exist: had the CLI tried to load it, the error would be about it.
+    args = [
+        "model.tiny=null",
+        f"model.name_or_path={tmp_path}/no-such-model",
+        f"output_dir={tmp_path}/out",
+    ]
+    if kind == "method":
+        args.append("reweighter.method=dpp")
+        expected = "reweighter.method: unknown method 'dpp'"
+    else:
+        args.append(f"reweighter.url=http://127.0.0.1:{free_port}")
+        expected = f"reweighter.url: cannot reach the Reweighter at http://127.0.0.1:{free_port}"
+    proc = run_cli(args, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert expected in proc.stderr
+    assert "no-such-model" not in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "out").exists()
