@@ -128,6 +128,7 @@ def reweight_requests(metrics_text: str) -> float:
     )
 
 
+@pytest.mark.slow
 def test_cpu_profile_trains_against_the_service(tmp_path: Path, procs) -> None:
     if shutil.which("redis-server") is None:
         pytest.skip("redis-server is not installed (Debian package redis-server)")

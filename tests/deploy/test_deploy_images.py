@@ -13,7 +13,15 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from deploy_support import REPO, Instruction, build_args, dockerfile, final_stage, image_env
+from deploy_support import (
+    REPO,
+    Instruction,
+    build_args,
+    dockerfile,
+    final_stage,
+    image_env,
+    load_compose,
+)
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -176,6 +184,10 @@ def test_reweighter_image_health_checks_readiness() -> None:
     env = image_env(instructions("services/reweighter/Dockerfile"))
     assert env["REWEIGHTER_HOST"] == "0.0.0.0"
     assert env["HF_HUB_OFFLINE"] == "1", "the bundled model needs no download"
+    # Compose repeats the image's check verbatim (the cpu-profile test runs compose's).
+    for name in ("reweighter", "reweighter-cpu"):
+        test = load_compose().services[name].spec["healthcheck"]["test"]
+        assert test == ["CMD", *check.healthcheck()], name
 
 
 @pytest.mark.parametrize("rel", sorted(ROOT_CONTEXT))
