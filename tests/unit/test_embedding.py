@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from reweighter.embedding.sentence_transformers import BUNDLED_MODEL_ID, SentenceTransformerEncoder
 from sentence_transformers import SentenceTransformer
 from test_embedding_support import bundled_encoder, cosine_rows, fresh_view
+
+from reweighter.embedding.sentence_transformers import BUNDLED_MODEL_ID, SentenceTransformerEncoder
 
 SHORT = [
     "The answer is 42 because 6 times 7 is 42.",

@@ -10,6 +10,7 @@ import threading
 from collections.abc import Callable, Sequence
 
 import numpy as np
+
 from reweighter.embedding.base import Encoder
 from reweighter.embedding.sentence_transformers import SentenceTransformerEncoder
 
