@@ -7,6 +7,7 @@ import asyncio
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+
 from reweighter.client import (
     AsyncGrpcReweighterClient,
     AsyncReweighterClient,

@@ -14,6 +14,7 @@ import grpc
 import httpx
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
 from reweighter.api import convert
 from reweighter.api._proto.reweighter.v1 import reweighter_pb2 as pb
 from reweighter.api._proto.reweighter.v1 import reweighter_pb2_grpc as pb_grpc

@@ -8,6 +8,7 @@ import math
 import httpx
 import numpy as np
 import pytest
+
 from reweighter.client import GrpcReweighterClient, ReweighterClient
 from reweighter.engine import ReweightEngine
 from reweighter.server import BackgroundService

@@ -6,6 +6,7 @@ import uuid
 
 import httpx
 import pytest
+
 from reweighter.client import GrpcReweighterClient, ReweighterClient
 from reweighter.engine import ReweightEngine
 from reweighter.server import BackgroundService

@@ -1,0 +1,169 @@
+"""Starting and stopping: ports open before the model loads, readiness follows the model,
+SIGTERM lets in-flight requests finish, flags override the environment."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+import httpx
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from reweighter.client import GrpcReweighterClient, RetryPolicy, ReweighterClient
+from reweighter.config import Settings
+from reweighter.engine import ReweightEngine
+from reweighter.errors import NotReady
+from reweighter.server import BackgroundService, configure_parser, settings_from_args
+from reweighter.types import Group, ReweightRequest
+
+from .conftest import NO_RETRY, free_port, loopback
+
+TEXTS = ["a first answer", "a second answer"]
+VECTORS = Group([1.0, 0.0], embeddings=[[1.0, 0.0], [0.0, 1.0]])
+
+
+class GatedEngine(ReweightEngine):
+    """The real engine whose model load waits for the test to open a gate."""
+
+    def __init__(self, settings: Settings, gate: threading.Event) -> None:
+        super().__init__(settings)
+        self.gate = gate
+
+    def load(self) -> None:
+        assert self.gate.wait(60)
+        super().load()
+
+
+def _health(target: str) -> int:
+    with grpc.insecure_channel(target) as channel:
+        reply = health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service="reweighter.v1.Reweighter"), timeout=10
+        )
+    return reply.status
+
+
+def test_serves_before_the_model_is_loaded_and_ready_after() -> None:
+    gate = threading.Event()
+    settings = loopback()
+    with BackgroundService(settings, GatedEngine(settings, gate)) as svc:
+        url = svc.http_url
+        assert httpx.get(f"{url}/healthz").status_code == 200
+        assert httpx.get(f"{url}/readyz").status_code == 503
+        assert _health(svc.grpc_target) == health_pb2.HealthCheckResponse.NOT_SERVING
+
+        texts = ReweightRequest(groups=[Group([1.0, 0.0], TEXTS)])
+        response = httpx.post(
+            f"{url}/v1/reweight", json={"groups": [{"rewards": [1, 0], "completions": TEXTS}]}
+        )
+        assert response.status_code == 503 and response.headers["retry-after"] == "1"
+        assert response.json()["error"]["type"] == "NotReady"
+        with GrpcReweighterClient(svc.grpc_target, retry=NO_RETRY) as rpc:
+            with pytest.raises(NotReady):
+                rpc.reweight(texts)
+            # embeddings need no model; bad input is still a 4xx while loading
+            assert rpc.reweight(ReweightRequest(groups=[VECTORS])).model is None
+        bad = httpx.post(f"{url}/v1/reweight", json={"method": "x", "groups": []})
+        assert bad.status_code == 422
+
+        # a retrying client rides out the loading phase
+        patient = RetryPolicy(retries=60, backoff=0.05, max_backoff=0.5)
+        with ThreadPoolExecutor(1) as pool, ReweighterClient(url, retry=patient) as client:
+            pending = pool.submit(client.reweight, texts)
+            time.sleep(0.3)
+            assert not pending.done()
+            gate.set()
+            result = pending.result(timeout=120)
+        assert len(result.groups[0].rewards) == 2 and result.model is not None
+        assert httpx.get(f"{url}/readyz").status_code == 200
+        deadline = time.monotonic() + 30
+        while _health(svc.grpc_target) != health_pb2.HealthCheckResponse.SERVING:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+
+
+def _in_flight(url: str) -> dict[str, float]:
+    out = {}
+    for line in httpx.get(f"{url}/metrics").text.splitlines():
+        if line.startswith("reweighter_requests_in_flight{"):
+            transport = line.split('transport="')[1].split('"')[0]
+            out[transport] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def test_sigterm_lets_in_flight_requests_finish(engine: ReweightEngine) -> None:
+    http_port, grpc_port = free_port(), free_port()
+    env = dict(os.environ, HF_HUB_OFFLINE="1", REWEIGHTER_LOG_LEVEL="warning")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "reweighter.server", "--host", "127.0.0.1",
+         "--http-port", str(http_port), "--grpc-port", str(grpc_port)],
+        env=env,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{http_port}"
+    try:
+        with ReweighterClient(url) as probe:
+            probe.wait_ready(timeout=180)
+        # requests heavy enough (fresh ~170-token texts) to still be running at SIGTERM; the
+        # same texts with different rewards and methods, so the in-process check embeds once
+        words = "step by step we add the numbers and carry the digits to the next column"
+        texts = [f"shutdown {j}: " + words * 10 for j in range(16)]
+        requests = [
+            ReweightRequest(groups=[Group([float(j % 2) for j in range(16)], texts)], method=m,
+                            advantages="grpo")
+            for m in ("dra", "mmr")
+        ]  # fmt: skip
+        with ThreadPoolExecutor(2) as pool:
+            http_call = pool.submit(ReweighterClient(url, retry=NO_RETRY).reweight, requests[0])
+            grpc_call = pool.submit(
+                GrpcReweighterClient(f"127.0.0.1:{grpc_port}", retry=NO_RETRY).reweight,
+                requests[1],
+            )
+            deadline = time.monotonic() + 60
+            while _in_flight(url) != {"http": 1.0, "grpc": 1.0}:
+                assert not (http_call.done() and grpc_call.done()), "finished before SIGTERM"
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            proc.send_signal(signal.SIGTERM)
+            results = [http_call.result(timeout=120), grpc_call.result(timeout=120)]
+        assert proc.wait(timeout=60) == 0
+        for request, result in zip(requests, results, strict=True):
+            want = engine.reweight(request).groups[0]
+            assert result.groups[0].rewards == pytest.approx(want.rewards, abs=1e-4)
+            assert result.groups[0].advantages == pytest.approx(want.advantages, abs=1e-3)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+
+
+def test_flags_override_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REWEIGHTER_HTTP_PORT", "9000")
+    monkeypatch.setenv("REWEIGHTER_MAX_CHARS", "1234")
+    monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:1/0")
+    parser = configure_parser(argparse.ArgumentParser())
+    args = parser.parse_args(
+        ["--http-port", "9100", "--long-text", "tail", "--api-key", "k", "--max-groups", "7"]
+    )
+    s = settings_from_args(args)
+    assert (s.http_port, s.long_text, s.api_key, s.max_groups) == (9100, "tail", "k", 7)
+    assert s.max_chars == 1234 and s.redis_url == "redis://127.0.0.1:1/0"  # from the env
+    assert s.grpc_port == 50051  # the default
+    assert settings_from_args(parser.parse_args(["--redis-url", "redis://h:2/0"])).redis_url == (
+        "redis://h:2/0"
+    )
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--long-text", "middle"])
+
+
+def test_cli_serve_subcommand_is_wired() -> None:
+    from reweighter import cli, server
+
+    args = cli.build_parser().parse_args(["serve", "--http-port", "1", "--grpc-port", "2"])
+    assert args.func is server.main and (args.http_port, args.grpc_port) == (1, 2)
