@@ -1,0 +1,72 @@
+"""services/rollout/entrypoint.sh: env vars -> `trl vllm-serve` flags that TRL's own parser
+accepts and turns into the `vllm serve` command (vLLM itself cannot run here: no GPU)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ENTRYPOINT = Path(__file__).resolve().parents[2] / "services" / "rollout" / "entrypoint.sh"
+
+
+def _run(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    fake_trl = tmp_path / "bin" / "trl"
+    fake_trl.parent.mkdir(exist_ok=True)
+    fake_trl.write_text(f"#!{sys.executable}\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n")
+    fake_trl.chmod(0o755)
+    base = {"PATH": f"{fake_trl.parent}:{os.environ['PATH']}"}
+    return subprocess.run(
+        ["bash", str(ENTRYPOINT)], env={**base, **env}, capture_output=True, text=True, timeout=30
+    )
+
+
+def _vllm_command(argv: list[str]) -> list[str]:
+    from trl.scripts.vllm_serve import build_command, make_parser
+
+    assert argv[0] == "vllm-serve"
+    (script_args, extra) = make_parser().parse_args_and_config(
+        argv[1:], return_remaining_strings=True
+    )
+    return build_command(script_args, extra)
+
+
+def test_env_becomes_trl_vllm_serve_flags(tmp_path):
+    proc = _run(
+        tmp_path,
+        {
+            "MODEL": "Qwen/Qwen2.5-0.5B-Instruct",
+            "TENSOR_PARALLEL_SIZE": "2",
+            "GPU_MEMORY_UTILIZATION": "0.5",
+            "MAX_MODEL_LEN": "4096",
+            "PORT": "8123",
+            "ENABLE_PREFIX_CACHING": "true",
+            "EXTRA_ARGS": "--seed 7",
+        },
+    )
+    assert proc.returncode == 0, proc.stderr
+    cmd = _vllm_command(json.loads(proc.stdout))
+    serve = cmd[cmd.index("serve") :]
+    pairs = {serve[i]: serve[i + 1] for i in range(len(serve) - 1)}
+    assert serve[1] == "Qwen/Qwen2.5-0.5B-Instruct"
+    assert pairs["--tensor-parallel-size"] == "2" and pairs["--data-parallel-size"] == "1"
+    assert pairs["--gpu-memory-utilization"] == "0.5" and pairs["--max-model-len"] == "4096"
+    assert pairs["--host"] == "0.0.0.0" and pairs["--port"] == "8123"
+    assert "--enable-prefix-caching" in serve and pairs["--seed"] == "7"
+    assert json.loads(pairs["--weight-transfer-config"]) == {"backend": "nccl"}
+
+
+def test_defaults_leave_max_model_len_to_vllm(tmp_path):
+    proc = _run(tmp_path, {"MODEL": "m"})
+    cmd = _vllm_command(json.loads(proc.stdout))
+    assert "--max-model-len" not in cmd and cmd[cmd.index("--port") + 1] == "8000"
+
+
+@pytest.mark.parametrize("env", [{}, {"MODEL": ""}])
+def test_model_is_required(tmp_path, env):
+    proc = _run(tmp_path, env)
+    assert proc.returncode != 0 and "set MODEL" in proc.stderr
