@@ -88,3 +88,11 @@ def test_cli_fails_fast_before_any_model_loads(run_cli, free_port, kind, tmp_pat
     assert expected in proc.stderr
     assert "no-such-model" not in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_gpu_example_config_is_valid_server_mode():
+    cfg = parse(load_raw("trainer/configs/gsm8k.yaml", ["reweighter.api_key=", "bf16=false"]))
+    args = grpo_args(cfg)
+    assert cfg.reweighter.api_key is None  # an unset env var in compose means no key
+    assert args.use_vllm and args.vllm_mode == "server"
+    assert args.generation_batch_size % args.num_generations == 0

@@ -61,6 +61,8 @@ class ReweighterSection(BaseModel):
 
     @model_validator(mode="after")
     def _backend(self) -> ReweighterSection:
+        if not self.api_key:  # `reweighter.api_key=` from an unset env var means none
+            self.api_key = None
         if self.backend is None:
             given = [b for b, v in (("http", self.url), ("grpc", self.grpc)) if v]
             if len(given) > 1:
