@@ -7,6 +7,7 @@ import math
 import pydantic
 import pytest
 import torch
+
 from reweighter.errors import InvalidInput
 from reweighter.methods import (
     ADVANTAGE_KINDS,

@@ -26,6 +26,20 @@ class Batch:
     def unbatch(self, x: torch.Tensor) -> torch.Tensor:
         return x[0] if self.squeeze else x
 
+    def centred(self) -> torch.Tensor:
+        """r - mean(r) per group, 0 at masked items.
+
+        Shifted by one valid reward first: rewards like 1e6 + small differences would otherwise
+        lose their differences to rounding in the float32 mean.
+        """
+        r = self.rewards
+        shift = r[:, :1] if self.mask is None else r.gather(-1, self.mask.int().argmax(-1, True))
+        x = r - shift
+        if self.mask is not None:
+            x = x.masked_fill(~self.mask, 0.0)
+        x = x - (x.sum(-1) / self.counts()).unsqueeze(-1)
+        return x if self.mask is None else x.masked_fill(~self.mask, 0.0)
+
     def counts(self) -> torch.Tensor:
         """Valid items per group, [B], in the rewards' dtype."""
         b, g = self.rewards.shape

@@ -37,9 +37,7 @@ def advantages(
     if kind == "none":
         return b.unbatch(r.clone())
     n = b.counts()
-    centred = r - (r.sum(-1) / n).unsqueeze(-1)
-    if b.mask is not None:
-        centred = centred.masked_fill(~b.mask, 0.0)
+    centred = b.centred()
     if kind == "dr_grpo":
         return b.unbatch(centred)
     std = (centred.square().sum(-1) / (n - 1).clamp_min(1.0)).sqrt()

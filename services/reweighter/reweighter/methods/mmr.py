@@ -29,12 +29,7 @@ Lambda = float | Literal["adaptive"]
 
 
 def _population_std(b: _checks.Batch) -> torch.Tensor:
-    r, n = b.rewards, b.counts()
-    mean = r.sum(-1) / n
-    dev = r - mean.unsqueeze(-1)
-    if b.mask is not None:
-        dev = dev.masked_fill(~b.mask, 0.0)
-    return (dev.square().sum(-1) / n).sqrt()
+    return (b.centred().square().sum(-1) / b.counts()).sqrt()
 
 
 def _mmr(
