@@ -37,39 +37,10 @@ from reweighter.client import (
 from reweighter.types import Group, ReweightRequest
 
 OUT = Path(__file__).resolve().parent / "out"
-_WORDS = [
-    *[
-        "first",
-        "we",
-        "compute",
-        "the",
-        "product",
-        "then",
-        "carry",
-        "the",
-        "digit",
-        "so",
-        "the",
-        "partial",
-        "sum",
-        "becomes",
-    ],
-    *[
-        "checking",
-        "again",
-        "the",
-        "remainder",
-        "is",
-        "small",
-        "hence",
-        "the",
-        "total",
-        "equals",
-        "therefore",
-        "it",
-        "is",
-    ],
-]
+# a small vocabulary of reasoning words (a plain list: ruff prefers it to str.split)
+_WORDS = ["first", "we", "compute", "the", "product", "then", "carry", "the", "digit", "so",
+          "partial", "sum", "becomes", "checking", "again", "remainder", "is", "small", "hence",
+          "total", "equals", "therefore", "it"]  # fmt: skip
 
 
 class Texts:
