@@ -7,12 +7,14 @@ Images install exactly the versions this repository was tested with; regenerate 
 from __future__ import annotations
 
 import importlib.metadata as md
+import tomllib
 from pathlib import Path
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 HERE = Path(__file__).resolve().parent
+PROJECT = tomllib.loads((HERE.parents[1] / "pyproject.toml").read_text())["project"]
 # Build tooling and the project itself are not runtime pins.
 SKIP = {"reweighter", "setuptools", "pip", "wheel"}
 HEADER = (
@@ -21,11 +23,17 @@ HEADER = (
 )
 
 
-def closure(root: str, extras: tuple[str, ...]) -> dict[str, str]:
-    """Installed versions of `root[extras]` and everything it needs, transitively."""
+def closure(extras: tuple[str, ...]) -> dict[str, str]:
+    """Installed versions of what pyproject.toml asks for (with `extras`), transitively.
+
+    The roots come from pyproject.toml itself, not the installed metadata, which is stale
+    until the editable install is redone."""
     pins: dict[str, str] = {}
     seen: set[tuple[str, tuple[str, ...]]] = set()
-    stack = [(root, extras)]
+    roots = list(PROJECT["dependencies"])
+    for extra in extras:
+        roots += PROJECT["optional-dependencies"][extra]
+    stack = [(r.name, tuple(r.extras)) for r in map(Requirement, roots)]
     while stack:
         name, wanted = stack.pop()
         key = (canonicalize_name(name), tuple(sorted(wanted)))
@@ -47,8 +55,8 @@ def write(path: Path, pins: dict[str, str]) -> None:
 
 
 def main() -> None:
-    write(HERE / "requirements-service.txt", closure("reweighter", ()))
-    write(HERE / "requirements-trainer.txt", closure("reweighter", ("trainer",)))
+    write(HERE / "requirements-service.txt", closure(()))
+    write(HERE / "requirements-trainer.txt", closure(("trainer",)))
 
 
 if __name__ == "__main__":

@@ -148,17 +148,24 @@ def test_trainer_image_command_names_a_shipped_config() -> None:
 
 
 def test_rollout_image_entrypoint_exists() -> None:
+    """The rollout image runs services/rollout/entrypoint.sh, copied in and executable."""
     rel = REPO / "services" / "rollout" / "Dockerfile"
     if not rel.exists():
         pytest.fail("services/rollout/Dockerfile is missing")
     final = final_stage(dockerfile(rel))
-    command = [w for i in final if i.keyword in ("ENTRYPOINT", "CMD") for w in i.exec_form()]
-    scripts = [w for w in command if w.endswith(".sh")]
-    assert scripts, f"rollout image runs {command}: expected its entrypoint.sh"
-    assert (REPO / "services" / "rollout" / "entrypoint.sh").is_file()
-    assert any(Path(w).name == "entrypoint.sh" for w in scripts)
-    if command[0].endswith(".sh"):
-        assert os.access(REPO / "services/rollout/entrypoint.sh", os.X_OK), "not executable"
+    entry = [i for i in final if i.keyword == "ENTRYPOINT"][-1].exec_form()
+    copies = {
+        i.args.split()[-1]: i.args.split()[:-1]
+        for i in final
+        if i.keyword == "COPY" and "--from=" not in i.args
+    }
+    assert copies.get(entry[0]) == ["entrypoint.sh"], f"ENTRYPOINT {entry} is not entrypoint.sh"
+    script = REPO / "services" / "rollout" / "entrypoint.sh"
+    runs = " ".join(i.args for i in final if i.keyword == "RUN")
+    assert os.access(script, os.X_OK) or f"chmod 0755 {entry[0]}" in runs
+    assert "trl vllm-serve" in script.read_text()
+    out = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
 
 
 # ---- image properties ------------------------------------------------------------------------

@@ -215,7 +215,10 @@ def test_gpu_overlay_places_gpus_and_the_rollout_server(rendered) -> None:
     rollout = get(objs, "Deployment", "rollout")
     c = container(rollout, "rollout")
     assert c["readinessProbe"]["httpGet"]["path"] == "/health/"
-    assert {p["containerPort"] for p in c["ports"]} == {8000, 51216}
+    assert {p["containerPort"] for p in c["ports"]} == {8000}
+    # TRL's weight sync: the trainer is rank 0 and the vLLM workers connect to its group port.
+    trainer = container(get(objs, "Job", "trainer"), "trainer")
+    assert {p["containerPort"] for p in trainer["ports"]} == {51216}
     config = get(objs, "ConfigMap", c["envFrom"][0]["configMapRef"]["name"])["data"]
     assert {
         "MODEL",
