@@ -255,3 +255,14 @@ def test_pinned_requirements_cover_the_package(extra: tuple[str, ...], file: str
             f"{name}=={pins[name]} vs {req}"
         )
     assert pins["torch"] == "2.13.0"
+
+
+def test_trainer_and_rollout_agree_on_vllm() -> None:
+    """TRL's weight sync needs the same vLLM on both ends: one default everywhere."""
+    trainer = [i.args for i in instructions("trainer/Dockerfile") if i.keyword == "ARG"]
+    rollout = [i.args for i in instructions("services/rollout/Dockerfile") if i.keyword == "ARG"]
+    versions = {a.split("=", 1)[1] for a in trainer + rollout if a.startswith("VLLM_VERSION=")}
+    compose = load_compose().services
+    for name in ("trainer", "rollout"):
+        versions.add(compose[name].spec["build"]["args"]["VLLM_VERSION"])
+    assert len(versions) == 1, versions
