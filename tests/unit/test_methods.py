@@ -57,6 +57,15 @@ def test_cosine_similarity_of_half_precision_is_float32() -> None:
     close(s, [[1.0, 0.6], [0.6, 1.0]], tol=1e-3)
 
 
+def test_cosine_similarity_survives_tiny_and_huge_vectors() -> None:
+    # (1, 0) and (1, 1) at any scale: cos = 1 / sqrt(2). At 1e-30 the squared norms underflow
+    # float32, at 1e30 they overflow it; the direction is still well defined.
+    c = 1 / math.sqrt(2)
+    for scale in (1e-30, 1e30):
+        close(cosine_similarity(t([1.0, 0.0], [1.0, 1.0]) * scale), [[1.0, c], [c, 1.0]])
+        close(dra(t(1.0, 1.0), t([1.0, 0.0], [1.0, 1.0]) * scale), [1 / (1 + c + EPS)] * 2)
+
+
 def test_cosine_similarity_masks_rows_and_columns() -> None:
     e = torch.stack([SPREAD, torch.tensor([[1.0, 0.0], [0.0, 1.0], [float("nan"), 0.0]])])
     mask = torch.tensor([[True, True, True], [True, True, False]])

@@ -39,20 +39,29 @@ def _check_params(similarity_floor: float | None, eps: float) -> None:
 
 
 def _dra(
-    b: _checks.Batch, sim: torch.Tensor, similarity_floor: float | None, eps: float
+    b: _checks.Batch,
+    sim: torch.Tensor,
+    similarity_floor: float | None,
+    eps: float,
+    *,
+    trusted: bool = False,
 ) -> torch.Tensor:
-    """The formula on validated [B, G] rewards and [B, G, G] similarities."""
+    """The formula on validated [B, G] rewards and [B, G, G] similarities.
+
+    `trusted`: sim comes from `_cosine` (finite, in [-1, 1]), so it need not be checked again.
+    """
     s = sim.clamp_min(similarity_floor) if similarity_floor is not None else sim.clone()
     s.diagonal(dim1=-2, dim2=-1).fill_(1.0)
     if b.mask is not None:
         s.masked_fill_(~(b.mask.unsqueeze(-1) & b.mask.unsqueeze(-2)), 0.0)
-    if not bool(torch.isfinite(s).all()):
+    if not trusted and not _checks.all_finite(s):
         raise InvalidInput("NaN or inf among the similarities of valid items", field="similarity")
     r = b.rewards.to(s.dtype)
     out = r / (s.sum(-1) + eps)
     if b.mask is not None:
         out = out.masked_fill_(~b.mask, 0.0)
-    if not bool(torch.isfinite(out).all()):
+    # With a floor >= 0 every denominator is >= 1: the result is finite by construction.
+    if (similarity_floor is None or similarity_floor < 0) and not _checks.all_finite(out):
         bad = ~torch.isfinite(out)
         g, i = (int(v) for v in bad.nonzero()[0])
         where = f"item {i}" if b.squeeze else f"group {g}, item {i}"
@@ -103,4 +112,4 @@ def dra(
     b = _checks.batch(rewards, mask, device=e.device)
     e = _checks.check_pairs(e, b, "embeddings", 0)
     e = e.to(_checks.compute_dtype(e, b.rewards))
-    return _dra(b, _cosine(e, b.mask, b.squeeze), similarity_floor, eps)
+    return _dra(b, _cosine(e, b.mask, b.squeeze), similarity_floor, eps, trusted=True)

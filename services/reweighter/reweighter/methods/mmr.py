@@ -35,7 +35,11 @@ def _population_std(b: _checks.Batch) -> torch.Tensor:
 def _mmr(
     b: _checks.Batch, sim: torch.Tensor, lam: float | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Greedy MMR on validated [B, G] rewards and [B, G, G] similarities; loops over G only."""
+    """Greedy MMR on validated [B, G] rewards and finite [B, G, G] similarities.
+
+    Vectorised over groups; the only loop is over the G - 1 selection steps, each a handful of
+    [B, G] kernels.
+    """
     r = b.rewards.to(sim.dtype)
     bsz, g = r.shape
     if lam is None:
@@ -44,33 +48,35 @@ def _mmr(
         lam_b = lam_b.clamp_max(1.0 - torch.finfo(r.dtype).eps / 2)
     else:
         lam_b = r.new_full((bsz,), lam)
-    if not bool(torch.isfinite(sim).all()):
-        raise InvalidInput("NaN or inf among the similarities", field="similarity")
 
-    neg_inf = torch.tensor(-torch.inf, dtype=r.dtype, device=r.device)
-    # `blocked` is 0 where an item may still be picked, -inf where it is selected or masked.
-    blocked = torch.zeros_like(r) if b.mask is None else torch.where(b.mask, 0.0, neg_inf)
-    rows = torch.arange(bsz, device=r.device)
-
-    first = torch.where(b.mask, r, neg_inf).argmax(-1) if b.mask is not None else r.argmax(-1)
-    out = torch.zeros_like(r)
-    out[rows, first] = r[rows, first]
-    blocked[rows, first] = -torch.inf
-    # The running max(0, max_{j selected} s_ij) over the selected set, per unselected item.
-    redundancy = sim[rows, first].clamp_min(0.0)
-
-    gain = lam_b.unsqueeze(-1) * r  # λ·r_i, fixed across steps
+    # base_i = λ·r_i while item i may still be picked, -inf once selected or when masked.
+    base = lam_b.unsqueeze(-1) * r
+    if b.mask is not None:
+        base.masked_fill_(~b.mask, -torch.inf)
     cost = (1.0 - lam_b).unsqueeze(-1)
+    rows = torch.arange(bsz, device=r.device) * g  # row offsets into sim viewed as [B*G, G]
+    flat_sim = sim.reshape(bsz * g, g)
+
+    first = (r if b.mask is None else r.masked_fill(~b.mask, -torch.inf)).argmax(-1, keepdim=True)
+    picks = [first]
+    values = [r.gather(-1, first)]  # the first pick keeps its raw reward
+    base.scatter_(-1, first, -torch.inf)
+    # max(0, max_{j selected} s_ij), kept up to date as items are selected.
+    redundancy = flat_sim.index_select(0, rows + first.squeeze(-1)).clamp_min_(0.0)
     for _ in range(g - 1):
-        score = torch.addcmul(gain, cost, redundancy, value=-1.0) + blocked
-        pick = score.argmax(-1)  # argmax is documented to return the first index on ties
-        pick_col = pick.unsqueeze(-1)
-        best = score.gather(-1, pick_col).squeeze(-1)
-        live = best > -torch.inf  # False once a ragged group has run out of items
-        keep = out.gather(-1, pick_col).squeeze(-1)
-        out.scatter_(-1, pick_col, torch.where(live, best, keep).unsqueeze(-1))
-        blocked.scatter_(-1, pick_col, -torch.inf)
-        torch.maximum(redundancy, sim[rows, pick], out=redundancy)
+        score = torch.addcmul(base, cost, redundancy, value=-1.0)
+        pick = score.argmax(-1, keepdim=True)  # documented: the first index on ties
+        picks.append(pick)
+        values.append(score.gather(-1, pick))
+        base.scatter_(-1, pick, -torch.inf)
+        torch.maximum(redundancy, flat_sim.index_select(0, rows + pick.squeeze(-1)), out=redundancy)
+
+    # A ragged group runs out of items early: its later "picks" score -inf and land on an
+    # arbitrary index; they add 0, so scatter_add leaves the real values intact.
+    vals = torch.cat(values, -1)
+    if b.mask is not None:
+        vals = vals.masked_fill_(vals == -torch.inf, 0.0)
+    out = torch.zeros_like(r).scatter_add_(-1, torch.cat(picks, -1), vals)
     return b.unbatch(out), b.unbatch(lam_b)
 
 
@@ -93,6 +99,8 @@ def mmr_from_similarity(
     s = s.to(_checks.compute_dtype(s, b.rewards))
     if b.mask is not None:
         s = s.masked_fill(~(b.mask.unsqueeze(-1) & b.mask.unsqueeze(-2)), 0.0)
+    if not _checks.all_finite(s):
+        raise InvalidInput("NaN or inf among the similarities of valid items", field="similarity")
     return _mmr(b, s, lam_f)
 
 

@@ -12,46 +12,52 @@ from reweighter.errors import InvalidInput
 from reweighter.methods import _checks
 
 
-def _normalise(e: torch.Tensor, mask: torch.Tensor | None, squeeze: bool) -> torch.Tensor:
-    """L2-normalise rows of [B, G, D]; masked rows become 0. Rejects NaN/inf and zero norms."""
-    norm = torch.linalg.vector_norm(e, dim=-1, keepdim=True)
+def _gram_slow(e: torch.Tensor, mask: torch.Tensor | None, squeeze: bool) -> torch.Tensor:
+    """The rare path: find a NaN/inf or zero vector, or rescale tiny or huge ones, then Gram."""
     if mask is not None:
-        norm = torch.where(mask.unsqueeze(-1), norm, torch.ones((), dtype=e.dtype, device=e.device))
-    if not bool(torch.isfinite(norm).all()):
-        # A NaN/inf element makes its row's norm non-finite; so can an overflow of finite values.
-        bad = ~torch.isfinite(e).all(-1)
-        if mask is not None:
-            bad &= mask
-        if bool(bad.any()):
-            b, i = (int(v) for v in bad.nonzero()[0])
-            where = f"item {i}" if squeeze else f"group {b}, item {i}"
-            raise InvalidInput(f"NaN or inf at {where}", field="embeddings")
-        scale = e.abs().amax(-1, keepdim=True).clamp_min(1.0)
-        return _normalise(e / scale, mask, squeeze)
-    zero = norm.squeeze(-1) == 0
+        e = e.masked_fill(~mask.unsqueeze(-1), 0.0)  # padding may hold anything
+    bad = ~torch.isfinite(e).all(-1)
+    if bool(bad.any()):
+        raise InvalidInput(f"NaN or inf at {_checks.where(bad, squeeze)}", field="embeddings")
+    scale = e.abs().amax(-1, keepdim=True)
+    zero = scale.squeeze(-1) == 0
+    if mask is not None:
+        zero &= mask
     if bool(zero.any()):
-        b, i = (int(v) for v in zero.nonzero()[0])
-        where = f"item {i}" if squeeze else f"group {b}, item {i}"
         raise InvalidInput(
-            f"zero-norm embedding at {where}: its cosine similarity is undefined",
+            f"zero-norm embedding at {_checks.where(zero, squeeze)}: its cosine similarity is "
+            "undefined",
             field="embeddings",
         )
-    out = e / norm
-    if mask is not None:
-        out = out.masked_fill(~mask.unsqueeze(-1), 0.0)
-    return out
+    e = e / scale.clamp_min(torch.finfo(e.dtype).tiny)  # every valid row now has max |x| = 1
+    return torch.bmm(e, e.transpose(1, 2))
 
 
 def _cosine(e: torch.Tensor, mask: torch.Tensor | None, squeeze: bool) -> torch.Tensor:
-    """[B, G, D] -> [B, G, G]; s_ii = 1 exactly, rows and columns of masked items 0."""
-    n = _normalise(e, mask, squeeze)
-    sim = torch.bmm(n, n.transpose(1, 2)).clamp_(-1.0, 1.0)
-    diag = sim.diagonal(dim1=-2, dim2=-1)
-    if mask is None:
-        diag.fill_(1.0)
-    else:
-        diag.copy_(mask)
-    return sim
+    """[B, G, D] -> [B, G, G]; s_ii = 1 exactly, rows and columns of masked items 0.
+
+    One Gram matrix, normalised by its own diagonal: no normalised copy of the embeddings is
+    ever written (at 1024 x 16 x 384 that copy cost more than the matmul). The checks read only
+    the diagonal; bad vectors (NaN/inf, zero, norms near float limits) take the slow path.
+    """
+    if e.numel() == 0:
+        return e.new_zeros(e.shape[0], e.shape[1], e.shape[1])
+    lo = torch.finfo(e.dtype).tiny / torch.finfo(e.dtype).eps  # below: denormal squared norms
+    for attempt in range(2):
+        g = torch.bmm(e, e.transpose(1, 2)) if attempt == 0 else _gram_slow(e, mask, squeeze)
+        sq = g.diagonal(dim1=-2, dim2=-1)
+        if mask is not None:
+            sq = sq.masked_fill(~mask, 1.0)
+        if not (_checks.all_finite(sq) and bool(sq.amin() >= lo)):
+            continue
+        inv = sq.rsqrt()
+        sim = g.mul_(inv.unsqueeze(-1)).mul_(inv.unsqueeze(-2)).clamp_(-1.0, 1.0)
+        sim.diagonal(dim1=-2, dim2=-1).fill_(1.0)
+        if mask is not None:
+            sim.masked_fill_(~(mask.unsqueeze(-1) & mask.unsqueeze(-2)), 0.0)
+        if _checks.all_finite(sim):  # NaN padding can only reach its own row and column
+            return sim
+    raise AssertionError("unreachable: the slow path rescales every valid vector")
 
 
 def cosine_similarity(embeddings: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -92,7 +98,7 @@ def mean_pairwise_similarity(sim: torch.Tensor, mask: torch.Tensor | None = None
     else:
         keep = pairs & b.mask.unsqueeze(-1) & b.mask.unsqueeze(-2)
     check = torch.where(keep, s, torch.zeros((), dtype=s.dtype, device=s.device))
-    if not bool(torch.isfinite(check).all()):
+    if not _checks.all_finite(check):
         raise InvalidInput("NaN or inf among the similarities", field="similarity")
     n = keep.sum((-2, -1)).to(s.dtype)
     total = check.sum((-2, -1))
