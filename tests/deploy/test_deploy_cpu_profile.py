@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -69,11 +70,14 @@ def image_command(svc: Service) -> list[str]:
     return [str(exe), *entry[1:], *cmd]
 
 
-def process_env(svc: Service, translate: Translator, home: Path) -> dict[str, str]:
-    """The image's ENV, then compose's environment, translated; PATH leads to this venv."""
+def process_env(
+    svc: Service, translate: Translator, home: Path, dotenv: dict[str, str]
+) -> dict[str, str]:
+    """The image's ENV, then compose's environment (pass-through keys from `dotenv`, as
+    compose takes them from .env), translated; PATH leads to this venv."""
     build = svc.spec["build"]
     env = image_env(dockerfile(REPO / build["dockerfile"]), build.get("args", {}))
-    env.update(svc.environment(outer={}))
+    env.update(svc.environment(outer=dotenv))
     env = {k: translate(v) for k, v in env.items()}
     env["PATH"] = f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}"
     env["HOME"] = str(home)
@@ -129,10 +133,16 @@ def reweight_requests(metrics_text: str) -> float:
 
 
 @pytest.mark.slow
-def test_cpu_profile_trains_against_the_service(tmp_path: Path, procs) -> None:
+@pytest.mark.parametrize("dotenv", [{}, {"REWEIGHTER_API_KEY": "deploy-test-key"}],
+                         ids=["defaults", "api-key"])  # fmt: skip
+def test_cpu_profile_trains_against_the_service(
+    tmp_path: Path, procs, dotenv: dict[str, str]
+) -> None:
+    """`dotenv` plays the user's .env: with REWEIGHTER_API_KEY set, the service must demand
+    the key and the trainer must hold it, through compose's wiring alone."""
     if shutil.which("redis-server") is None:
         pytest.skip("redis-server is not installed (Debian package redis-server)")
-    services = load_compose().profile("cpu")
+    services = load_compose(dotenv).profile("cpu")
     assert set(services) == {"redis", "reweighter-cpu", "trainer-cpu"}
     redis_svc, rw_svc, tr_svc = (services[n] for n in ("redis", "reweighter-cpu", "trainer-cpu"))
     translate = Translator(tmp_path)
@@ -162,7 +172,7 @@ def test_cpu_profile_trains_against_the_service(tmp_path: Path, procs) -> None:
     )  # fmt: skip
 
     # reweighter: the image's ENTRYPOINT/CMD with the image's ENV and compose's environment.
-    rw_env = process_env(rw_svc, translate, home)
+    rw_env = process_env(rw_svc, translate, home, dotenv)
     assert rw_env["REWEIGHTER_HOST"] == "0.0.0.0" and rw_env["REWEIGHTER_DEVICE"] == "cpu"
     assert rw_env["REDIS_URL"] == f"redis://127.0.0.1:{redis_port}/0"
     # Containers listen on every interface; here only loopback, on the free ports.
@@ -183,6 +193,17 @@ def test_cpu_profile_trains_against_the_service(tmp_path: Path, procs) -> None:
         lambda: healthcheck(rw_svc, rw_env), procs[-1], "reweighter", rw_log, READY_TIMEOUT_S
     )
 
+    key = dotenv.get("REWEIGHTER_API_KEY")
+    assert rw_env.get("REWEIGHTER_API_KEY") == key
+    info = urllib.request.Request(f"http://127.0.0.1:{http_port}/v1/info")
+    if key:
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(info, timeout=10)
+        assert refused.value.code == 401
+    else:
+        with urllib.request.urlopen(info, timeout=10) as resp:
+            assert resp.status == 200
+
     # trainer: run in a copy of the image's WORKDIR (only what the image ships there).
     final = final_stage(dockerfile(REPO / tr_svc.spec["build"]["dockerfile"]))
     workdir = tmp_path / "app"
@@ -192,7 +213,7 @@ def test_cpu_profile_trains_against_the_service(tmp_path: Path, procs) -> None:
             image_workdir = [w.args for w in final if w.keyword == "WORKDIR"][-1]
             rel = Path(dest).relative_to(image_workdir)
             shutil.copytree(REPO / src, workdir / rel)
-    tr_env = process_env(tr_svc, translate, home)
+    tr_env = process_env(tr_svc, translate, home, dotenv)
     command = [translate(a) for a in image_command(tr_svc)]
     assert f"reweighter.url=http://127.0.0.1:{http_port}" in command
     tr_log = tmp_path / "trainer.log"
