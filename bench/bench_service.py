@@ -194,8 +194,12 @@ def overhead(url: str, target: str, texts: Texts, reps: int, device: str | None)
         repeated = texts.group(8)
         for name, call in calls.items():  # warm-up
             call(repeated if "cached" in name else texts.group(8))
+        order = random.Random(1)
         for _ in range(reps):
-            for name, call in calls.items():
+            # a fresh random order each repetition: the slot right after another call was
+            # measured up to 40 ms slower (CPU caches, thread wake-ups), whatever ran there
+            for name in order.sample(names, len(names)):
+                call = calls[name]
                 batch = repeated if "cached" in name else texts.group(8)
                 t0 = time.perf_counter()
                 call(batch)
