@@ -302,3 +302,43 @@ def test_clients_send_the_key(guarded: BackgroundService) -> None:
     ):
         with client:
             assert client.reweight(GOOD).groups[0].rewards == pytest.approx([1.0, 0.0], abs=1e-5)
+
+
+# -- overload ------------------------------------------------------------------------------
+
+
+def test_overloaded_is_429_and_retried(engine: ReweightEngine) -> None:
+    """With room for one request, a second one while the first runs is refused at once (429 /
+    RESOURCE_EXHAUSTED, type Overloaded); a retrying client waits its turn and succeeds."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    settings = loopback(max_queue=1)
+    busy_engine = ReweightEngine(settings)
+    busy_engine.load()
+    first = ReweightRequest(groups=[Group([1.0, 0.0], ["the first request", "holds the queue"])])
+    small = ReweightRequest(groups=[Group([1.0, 0.0], ["an overloaded service", "retry later"])])
+    patient = RetryPolicy(retries=200, backoff=0.02, max_backoff=0.1)
+    with BackgroundService(settings, busy_engine) as svc, ThreadPoolExecutor(2) as pool:
+        # Holding the model lock keeps the first request running for as long as the test needs,
+        # on any device: no race against how fast the encoder is.
+        model_lock = busy_engine.embedder._model_lock
+        with model_lock:
+            running = pool.submit(ReweighterClient(svc.http_url, retry=NO_RETRY).reweight, first)
+            deadline = time.monotonic() + 60
+            while busy_engine.embedder.batcher.pending == 0:
+                assert not running.done() and time.monotonic() < deadline
+                time.sleep(0.005)
+            response = _post(svc.http_url, _http_json(small))
+            assert response.status_code == 429 and response.headers["retry-after"] == "1"
+            assert response.json()["error"]["type"] == "Overloaded"
+            err = _grpc_error(svc.grpc_target, convert.request_to_proto(small))
+            assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert _trailing(err)["reweighter-error-type"] == "Overloaded"
+            waiting = pool.submit(
+                GrpcReweighterClient(svc.grpc_target, retry=patient).reweight, small
+            )
+            time.sleep(0.2)
+            assert not waiting.done()  # still retrying: the queue is full
+        assert len(running.result(timeout=120).groups[0].rewards) == 2
+        assert len(waiting.result(timeout=120).groups[0].rewards) == 2
