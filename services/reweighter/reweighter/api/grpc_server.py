@@ -127,9 +127,12 @@ class GrpcServer:
         )
         host = settings.host
         address = f"[{host}]" if ":" in host and not host.startswith("[") else host
-        self.port = self.server.add_insecure_port(f"{address}:{settings.grpc_port}")
+        try:
+            self.port = self.server.add_insecure_port(f"{address}:{settings.grpc_port}")
+        except RuntimeError as e:  # grpc reports a port in use this way
+            raise OSError(f"cannot bind gRPC to {address}:{settings.grpc_port}: in use?") from e
         if self.port == 0:
-            raise OSError(f"could not bind gRPC to {address}:{settings.grpc_port}")
+            raise OSError(f"cannot bind gRPC to {address}:{settings.grpc_port}")
 
     async def start(self) -> None:
         await self.server.start()
