@@ -56,11 +56,14 @@ class ReweightEngine:
         settings: Settings | None = None,
         *,
         embedder: Embedder | None = None,
-        method_device: str = "cpu",
+        method_device: str | None = None,
     ) -> None:
         self.settings = settings or Settings()
         self._embedder = embedder
         self._load_lock = threading.Lock()
+        # The method math runs where the encoder does unless told otherwise: on a GPU host the
+        # similarity bmm and the MMR loop then never leave the device.
+        method_device = method_device or self.settings.device
         if method_device == "auto":
             method_device = "cuda" if torch.cuda.is_available() else "cpu"
         self.method_device = torch.device(method_device)

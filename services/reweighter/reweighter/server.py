@@ -129,7 +129,7 @@ class Service:
 
         self.settings = settings
         self._owns_engine = engine is None
-        self.engine = engine or ReweightEngine(settings, method_device=settings.device)
+        self.engine = engine or ReweightEngine(settings)
         self._log_config = uvicorn.config.LOGGING_CONFIG if log_config == "uvicorn" else log_config
         self._stop = asyncio.Event()
         self._exit_code = 0
