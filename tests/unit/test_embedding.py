@@ -165,3 +165,14 @@ def test_max_seq_length_override_changes_the_window(plain: SentenceTransformer) 
     finally:
         plain.max_seq_length = 256
     np.testing.assert_allclose(small.encode([text]), ref, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_compiled_encoder_gives_the_same_vectors(plain: SentenceTransformer) -> None:
+    compiled = SentenceTransformerEncoder(device="cpu", compile=True)
+    assert compiled.compiled
+    texts = [*SHORT, "Step 1: 3 + 4 = 7. " * 80]
+    np.testing.assert_allclose(compiled.encode(texts), bundled_encoder().encode(texts), atol=1e-5)
+    np.testing.assert_allclose(
+        compiled.encode(SHORT), plain.encode(SHORT, normalize_embeddings=True), atol=1e-5
+    )

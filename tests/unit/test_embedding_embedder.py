@@ -90,3 +90,12 @@ def test_build_embedder_from_settings(shared_redis_url: str) -> None:
     finally:
         emb.close()
     assert build_embedder(Settings(device="cpu", cache_max_bytes=0)).cache is None
+
+
+def test_compile_is_off_unless_requested(monkeypatch: pytest.MonkeyPatch) -> None:
+    from reweighter.embedding import compile_requested
+
+    monkeypatch.delenv("REWEIGHTER_COMPILE", raising=False)
+    assert compile_requested(Settings()) is False
+    monkeypatch.setenv("REWEIGHTER_COMPILE", "1")
+    assert compile_requested(Settings()) is True

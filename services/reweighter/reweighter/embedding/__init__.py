@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 from reweighter.embedding.base import Embedder, EmbedStats, Encoder
@@ -23,6 +24,7 @@ __all__ = [
     "RedisCache",
     "TieredCache",
     "build_cache",
+    "compile_requested",
     "build_embedder",
 ]
 
@@ -34,6 +36,18 @@ def build_cache(settings: Settings) -> EmbeddingCache | None:
         return lru
     redis = RedisCache(settings.redis_url, settings.cache_ttl_s)
     return TieredCache(lru, redis) if lru is not None else redis
+
+
+def compile_requested(settings: Settings) -> bool:
+    """`Settings.compile` when the field exists, else the REWEIGHTER_COMPILE environment variable.
+
+    Off by default: compiling costs seconds at start, which a service amortises and a test
+    suite or a one-off CLI run does not.
+    """
+    value = getattr(settings, "compile", None)
+    if value is None:
+        value = os.environ.get("REWEIGHTER_COMPILE", "").strip().lower() in {"1", "true", "yes"}
+    return bool(value)
 
 
 def build_embedder(settings: Settings) -> Embedder:
@@ -50,6 +64,7 @@ def build_embedder(settings: Settings) -> Embedder:
         device=settings.device,
         long_text=settings.long_text,
         max_seq_length=settings.max_seq_length,
+        compile=compile_requested(settings),
     )
     return CachingEmbedder(
         encoder,

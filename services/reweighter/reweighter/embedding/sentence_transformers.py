@@ -69,6 +69,7 @@ class SentenceTransformerEncoder(Encoder):
         max_seq_length: int | None = None,
         max_batch_tokens: int | None = None,
         max_batch_size: int | None = None,
+        compile: bool = False,
     ) -> None:
         from sentence_transformers import SentenceTransformer
 
@@ -116,6 +117,33 @@ class SentenceTransformerEncoder(Encoder):
         self.max_batch_tokens = max_batch_tokens or default_tokens
         self.max_batch_size = max_batch_size or DEFAULT_BATCH_SIZE
         self.on_batch: Callable[[int], None] | None = None
+        self.compiled = False
+        if compile:
+            self._compile()
+
+    def _compile(self) -> None:
+        """torch.compile with frozen weights, then warm-up over the shape classes we produce.
+
+        Why: with frozen weights inductor prepacks the linear layers for oneDNN and fuses the
+        element-wise ops; on a 2-core CPU that nearly doubles MiniLM's throughput at unchanged
+        fp32 results. The price is a compile at start (about 10-30 s on 2 cores), paid here so
+        that no request waits for it: one-sequence and many-sequence batches, short and full
+        windows (dynamic shapes, so lengths in between reuse the same code).
+        """
+        import torch._inductor.config as inductor_config
+
+        # Freezing applies only to inference graphs (no autograd), so training code that
+        # compiles in the same process is unaffected.
+        inductor_config.freezing = True
+        # sentence-transformers calls `auto_model.forward` directly (not `__call__`), so the
+        # bound forward is what gets compiled; the module and its weights stay the same objects.
+        auto_model = self._model[0].auto_model
+        auto_model.forward = torch.compile(auto_model.forward, dynamic=True)
+        with torch.inference_mode():
+            probe = " ".join(["reasoning"] * (self._content * 2))
+            self.encode(["warm up"])
+            self.encode(["warm up", "a second, longer warm-up text", probe])
+        self.compiled = True
 
     def with_long_text(self, long_text: LongTextPolicy) -> SentenceTransformerEncoder:
         """A view of the same loaded model under another policy (no second copy of the weights)."""
