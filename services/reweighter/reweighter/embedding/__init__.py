@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
 from reweighter.embedding.base import Embedder, EmbedStats, Encoder
@@ -39,15 +38,12 @@ def build_cache(settings: Settings) -> EmbeddingCache | None:
 
 
 def compile_requested(settings: Settings) -> bool:
-    """`Settings.compile` when the field exists, else the REWEIGHTER_COMPILE environment variable.
+    """`Settings.compile` (flag --compile, env REWEIGHTER_COMPILE).
 
-    Off by default: compiling costs seconds at start, which a service amortises and a test
-    suite or a one-off CLI run does not.
+    Off by default: compiling costs seconds at start, which a long-running service amortises
+    (the images turn it on) and a test suite or a one-off CLI run does not.
     """
-    value = getattr(settings, "compile", None)
-    if value is None:
-        value = os.environ.get("REWEIGHTER_COMPILE", "").strip().lower() in {"1", "true", "yes"}
-    return bool(value)
+    return bool(settings.compile)
 
 
 def build_embedder(settings: Settings) -> Embedder:

@@ -138,11 +138,19 @@ class SentenceTransformerEncoder(Encoder):
         # sentence-transformers calls `auto_model.forward` directly (not `__call__`), so the
         # bound forward is what gets compiled; the module and its weights stay the same objects.
         auto_model = self._model[0].auto_model
-        auto_model.forward = torch.compile(auto_model.forward, dynamic=True)
-        with torch.inference_mode():
-            probe = " ".join(["reasoning"] * (self._content * 2))
-            self.encode(["warm up"])
-            self.encode(["warm up", "a second, longer warm-up text", probe])
+        eager = auto_model.forward
+        auto_model.forward = torch.compile(eager, dynamic=True)
+        try:
+            with torch.inference_mode():
+                probe = " ".join(["reasoning"] * (self._content * 2))
+                self.encode(["warm up"])
+                self.encode(["warm up", "a second, longer warm-up text", probe])
+        except Exception as e:  # no C++ compiler, unsupported backend: serve eager, not fail
+            auto_model.forward = eager
+            logging.getLogger(__name__).warning(
+                "torch.compile failed (%s: %s); serving the eager model", type(e).__name__, e
+            )
+            return
         self.compiled = True
 
     def with_long_text(self, long_text: LongTextPolicy) -> SentenceTransformerEncoder:
