@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "services" / "reweighter"))
 
-from reweighter.demo import _free_port, _wait_ready  # noqa: E402
+from reweighter.demo import _free_port, _wait_ready, serve_command  # noqa: E402
 
 CONFIG = ROOT / "trainer" / "configs" / "smoke-cpu.yaml"
 
@@ -58,18 +58,7 @@ def main() -> int:
 
     http_port, grpc_port = _free_port(), _free_port()
     server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "reweighter",
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--http-port",
-            str(http_port),
-            "--grpc-port",
-            str(grpc_port),
-        ],
+        serve_command(http_port, grpc_port),
         env=_env(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

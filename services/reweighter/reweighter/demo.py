@@ -41,6 +41,22 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def serve_command(http_port: int, grpc_port: int) -> list[str]:
+    """`reweighter serve` on loopback with this interpreter: what a user runs, as a child."""
+    return [
+        sys.executable,
+        "-m",
+        "reweighter",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--http-port",
+        str(http_port),
+        "--grpc-port",
+        str(grpc_port),
+    ]
+
+
 def _wait_ready(url: str, proc: subprocess.Popen, timeout: float = 180.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -92,18 +108,7 @@ def run_demo(transport: str = "both", settings: Settings | None = None) -> int:
     }.items():
         if value is not None:
             env[key] = str(value)
-    cmd = [
-        sys.executable,
-        "-m",
-        "reweighter",
-        "serve",
-        "--host",
-        "127.0.0.1",
-        "--http-port",
-        str(http_port),
-        "--grpc-port",
-        str(grpc_port),
-    ]
+    cmd = serve_command(http_port, grpc_port)
     print(
         f"starting: reweighter serve --http-port {http_port} --grpc-port {grpc_port}",
         file=sys.stderr,
