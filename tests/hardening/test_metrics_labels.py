@@ -1,0 +1,70 @@
+"""Item 4: /metrics label values come from a fixed set, whatever clients send.
+
+A stream of made-up method names, unknown gRPC methods and made-up paths must not add series:
+every client-chosen label value collapses to "other"."""
+
+from __future__ import annotations
+
+import re
+import socket
+import uuid
+
+import grpc
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from .conftest import AUTH, Served
+
+METHODS = {"dra", "mmr", "none", "", "other"}
+ENDPOINTS = {"reweight", "embed", "info", "other"}
+
+
+def _label_values(served: Served) -> tuple[dict[str, set[str]], int, int]:
+    text = httpx.get(served.url + "/metrics", timeout=10).text
+    seen: dict[str, set[str]] = {}
+    series = 0
+    for family in text_string_to_metric_families(text):
+        if not family.name.startswith("reweighter_request"):
+            continue
+        for sample in family.samples:
+            series += 1
+            for k, v in sample.labels.items():
+                seen.setdefault(k, set()).add(v)
+    return seen, series, len(text)
+
+
+def test_client_chosen_names_do_not_become_label_values(keyed: Served) -> None:
+    before_series = _label_values(keyed)[1]
+    group = {"rewards": [1, 0], "embeddings": [[1, 0], [0, 1]]}
+    with httpx.Client(base_url=keyed.url, headers=AUTH, timeout=10) as client:
+        for _ in range(40):
+            name = f"made-up-{uuid.uuid4().hex}"
+            body = {"method": name, "groups": [group]}
+            assert client.post("/v1/reweight", json=body).status_code == 422
+    # oversized bodies refused before routing, to made-up paths
+    for _ in range(10):
+        head = f"POST /v1/{uuid.uuid4().hex} HTTP/1.1\r\nhost: x\r\ncontent-length: {1 << 40}"
+        with socket.create_connection(("127.0.0.1", keyed.http_port), timeout=5) as sock:
+            sock.sendall(head.encode() + b"\r\n\r\n")
+            assert sock.recv(100).startswith(b"HTTP/1.1 4")
+    with grpc.insecure_channel(keyed.target) as channel:
+        for _ in range(20):
+            call = channel.unary_unary(f"/reweighter.v1.Reweighter/X{uuid.uuid4().hex}")
+            try:  # unauthenticated, unknown method
+                call(b"", timeout=5)
+            except grpc.RpcError as e:
+                assert e.code() in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.UNIMPLEMENTED)
+        for _ in range(20):
+            call = channel.unary_unary("/reweighter.v1.Reweighter/Reweight")
+            try:  # authenticated, a made-up reweighting method
+                name = uuid.uuid4().hex
+                call(b"\x0a" + bytes([len(name)]) + name.encode(), metadata=tuple(AUTH.items()))
+            except grpc.RpcError as e:
+                assert e.code() == grpc.StatusCode.INVALID_ARGUMENT
+    seen, series, size = _label_values(keyed)
+    assert seen.get("method", set()) <= METHODS, seen["method"]
+    assert seen.get("endpoint", set()) <= ENDPOINTS, seen["endpoint"]
+    # 90 made-up names later, the series count grew by a bounded handful (new outcomes), not 90
+    assert series - before_series < 60, (before_series, series)
+    assert not re.search(r"[0-9a-f]{32}", httpx.get(keyed.url + "/metrics").text)
+    assert size < 200_000
