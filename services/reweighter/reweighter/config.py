@@ -52,6 +52,19 @@ class Settings(BaseSettings):
     max_group_size: int = Field(512, description="completions in one group")
     max_completions: int = Field(8192, description="completions in one request, all groups")
     max_chars: int = Field(16_000_000, description="characters in one request, all completions")
+    # group assembly: members of a group sent one at a time (docs/integrations.md)
+    assembly_timeout_s: float = Field(
+        300.0, description="how long a member waits for its group unless it asks otherwise"
+    )
+    assembly_max_timeout_s: float = Field(1800.0, description="cap on a member's timeout_s")
+    assembly_result_ttl_s: float = Field(
+        600.0, description="finished groups' answers are kept this long for retries"
+    )
+    assembly_max_open_groups: int = Field(16384, description="open groups before 429")
+    assembly_max_held_members: int = Field(
+        262144, description="members held in open groups (and waiting here) before 429"
+    )
+    assembly_prefix: str = Field("reweighter:asm:", description="Redis key prefix of assembly")
     # transport
     host: str = "127.0.0.1"
     http_port: int = 8080

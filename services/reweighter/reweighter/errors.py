@@ -48,3 +48,27 @@ class Unauthenticated(ReweighterError):
 
     http_status = 401
     grpc_code = "UNAUTHENTICATED"
+
+
+# -- group assembly (issue 12) ---------------------------------------------------------------
+
+
+class Conflict(ReweighterError):
+    """The same group member sent again with a different payload: 409, gRPC ALREADY_EXISTS."""
+
+    http_status = 409
+    grpc_code = "ALREADY_EXISTS"
+
+
+class PreconditionFailed(ReweighterError):
+    """A member that does not fit its group (size, method, ...): 409, FAILED_PRECONDITION."""
+
+    http_status = 409
+    grpc_code = "FAILED_PRECONDITION"
+
+
+class StoreUnavailable(ReweighterError):
+    """The shared assembly store (Redis) cannot be reached: HTTP 503, gRPC UNAVAILABLE."""
+
+    http_status = 503
+    grpc_code = "UNAVAILABLE"

@@ -1,0 +1,77 @@
+"""Assembly tests: the real engine (bundled MiniLM), real Redis, helpers to build groups."""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+import redis
+
+from reweighter.assembly import GroupAssembler, MemberSubmission, make_store
+from reweighter.config import Settings
+from reweighter.engine import ReweightEngine
+from reweighter.types import Group, ReweightRequest
+
+
+def settings(**overrides: object) -> Settings:
+    base: dict[str, object] = {"host": "127.0.0.1", "http_port": 0, "grpc_port": 0}
+    base.update(overrides)
+    return Settings(**base)
+
+
+@pytest.fixture(scope="session")
+def engine() -> ReweightEngine:
+    """The real engine on the bundled all-MiniLM-L6-v2, loaded once per session."""
+    eng = ReweightEngine(settings())
+    eng.load()
+    return eng
+
+
+@pytest.fixture
+def prefix(shared_redis_url: str) -> Iterator[str]:
+    """A key prefix of this test's own on the shared Redis; its keys are deleted afterwards."""
+    p = f"test:asm:{uuid.uuid4().hex}:"
+    yield p
+    client = redis.Redis.from_url(shared_redis_url)
+    keys = list(client.scan_iter(match=f"{p}*", count=1000))
+    if keys:
+        client.delete(*keys)
+
+
+@pytest.fixture
+async def assembler(engine: ReweightEngine) -> AsyncIterator[GroupAssembler]:
+    s = settings()
+    asm = GroupAssembler(engine, make_store(s), s)
+    yield asm
+    await asm.aclose()
+
+
+def embedded_group(
+    gid: str, n: int, rng: random.Random, dim: int = 8, **kw: object
+) -> list[MemberSubmission]:
+    """n members with random embeddings and 0/1 rewards; member ids not in string order."""
+    ids = [str(rng.randrange(10**6)) + f"-{i}" for i in range(n)]
+    return [
+        MemberSubmission(
+            group_id=gid,
+            member_id=mid,
+            group_size=n,
+            reward=float(rng.random() < 0.5),
+            embedding=[rng.gauss(0, 1) for _ in range(dim)],
+            **kw,  # type: ignore[arg-type]
+        )
+        for mid in ids
+    ]
+
+
+def ordered_request(members: list[MemberSubmission]) -> ReweightRequest:
+    """What /v1/reweight would get for the group listed in member_id order."""
+    ms = sorted(members, key=lambda m: m.member_id)
+    first = ms[0]
+    if first.completion is not None:
+        group = Group(rewards=[m.reward for m in ms], completions=[m.completion for m in ms])
+    else:
+        group = Group(rewards=[m.reward for m in ms], embeddings=[m.embedding for m in ms])
+    return ReweightRequest([group], first.method, dict(first.params), first.advantages)

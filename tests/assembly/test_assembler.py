@@ -1,0 +1,259 @@
+"""GroupAssembler on the in-process store, against the real engine: order, idempotency,
+conflicts, timeouts, bounds, validation."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import random
+
+import pytest
+import torch
+
+from reweighter.assembly import GroupAssembler, MemberSubmission, MemoryStore, make_store
+from reweighter.engine import ReweightEngine
+from reweighter.errors import Conflict, InvalidInput, LimitExceeded, Overloaded, PreconditionFailed
+from reweighter.methods import advantages
+
+from .conftest import embedded_group, ordered_request, settings
+
+
+async def test_shuffled_members_equal_reweight_on_the_ordered_group(
+    assembler: GroupAssembler, engine: ReweightEngine
+) -> None:
+    rng = random.Random(1)
+    groups = [
+        embedded_group(f"g{i}", 8, rng, method=m, advantages=a)
+        for i, (m, a) in enumerate([("dra", "none"), ("mmr", "grpo"), ("dra", "dr_grpo")] * 4)
+    ]
+    texts = ["x = 2, so 4.", "Two squared is 4.", "The answer is 5.", "Hence 4.", "4"]
+    groups.append(
+        [
+            MemberSubmission("text", f"m{i}", 5, float(i % 2), completion=t, advantages="grpo")
+            for i, t in enumerate(texts)
+        ]
+    )
+    members = [m for g in groups for m in g]
+    rng.shuffle(members)
+    results = await asyncio.gather(*(assembler.submit(m) for m in members))
+
+    for g in groups:
+        want = (await engine.areweight(ordered_request(g))).groups[0]
+        ordered = sorted(m.member_id for m in g)
+        for m in g:
+            got = next(r for r in results if (r.group_id, r.member_id) == (m.group_id, m.member_id))
+            i = ordered.index(m.member_id)
+            assert got.complete and got.reason is None and got.members == len(g)
+            assert got.raw_reward == m.reward
+            assert got.reward == pytest.approx(want.rewards[i], abs=1e-6)
+            if want.advantages is None:
+                assert got.advantage is None
+            else:
+                assert got.advantage == pytest.approx(want.advantages[i], abs=1e-6)
+            assert got.stats is not None
+            assert got.stats.mean_similarity == pytest.approx(want.stats.mean_similarity, abs=1e-6)
+    assert assembler.stats.groups_computed == len(groups)
+    assert assembler.waiting == 0 and assembler.open_groups == 0
+
+
+async def test_member_ids_order_as_strings(assembler: GroupAssembler) -> None:
+    """"10" sorts before "2": the answer follows string order, not numeric."""
+    rewards = {"1": 1.0, "10": 0.0, "2": 1.0}
+    vecs = {"1": [1.0, 0.0], "10": [1.0, 0.01], "2": [0.0, 1.0]}
+    subs = [
+        MemberSubmission("ord", mid, 3, r, embedding=vecs[mid], method="none", advantages="grpo")
+        for mid, r in rewards.items()
+    ]
+    got = {r.member_id: r for r in await asyncio.gather(*(assembler.submit(s) for s in subs))}
+    want = advantages(torch.tensor([1.0, 0.0, 1.0]), "grpo").tolist()  # order 1, 10, 2
+    assert [got[k].advantage for k in ("1", "10", "2")] == pytest.approx(want, abs=1e-6)
+
+
+async def test_retries_before_and_after_completion_get_the_same_answer(
+    assembler: GroupAssembler,
+) -> None:
+    g = embedded_group("idem", 3, random.Random(2), advantages="grpo")
+    first = asyncio.create_task(assembler.submit(g[0]))
+    await asyncio.sleep(0.05)
+    retry_while_open = asyncio.create_task(assembler.submit(g[0]))
+    rest = await asyncio.gather(assembler.submit(g[1]), assembler.submit(g[2]))
+    a, b = await first, await retry_while_open
+    assert a == b and a.complete
+    assert await assembler.submit(g[0]) == a  # after completion
+    assert await assembler.submit(g[2]) == rest[1]
+    assert assembler.stats.groups_computed == 1
+
+
+async def test_conflicts_name_the_field(assembler: GroupAssembler) -> None:
+    g = embedded_group("conf", 3, random.Random(3))
+    waiting = asyncio.create_task(assembler.submit(g[0]))
+    await asyncio.sleep(0.05)
+    for change, field in [
+        ({"reward": g[0].reward + 1}, "reward"),
+        ({"embedding": [1.0] * 8}, "embedding"),
+    ]:
+        with pytest.raises(Conflict) as e:
+            await assembler.submit(dataclasses.replace(g[0], **change))
+        assert e.value.field == field and e.value.http_status == 409
+    for change, field in [
+        ({"group_size": 4}, "group_size"),
+        ({"method": "mmr"}, "method"),
+        ({"params": {"eps": 0.5}}, "params"),
+        ({"advantages": "grpo"}, "advantages"),
+        ({"embedding": None, "completion": "text"}, "completion"),
+        ({"embedding": [1.0] * 4}, "embedding"),
+    ]:
+        with pytest.raises(PreconditionFailed) as e:
+            await assembler.submit(dataclasses.replace(g[1], **change))
+        assert e.value.field == field and e.value.grpc_code == "FAILED_PRECONDITION"
+    # explicit default params are the same params
+    same = dataclasses.replace(g[1], params={"eps": 1e-6})
+    done = await asyncio.gather(assembler.submit(same), assembler.submit(g[2]))
+    assert all(r.complete for r in done) and (await waiting).complete
+    with pytest.raises(PreconditionFailed) as e:  # a fourth member of a finished group
+        await assembler.submit(dataclasses.replace(g[2], member_id="zzz"))
+    assert e.value.field == "member_id"
+    with pytest.raises(Conflict):  # conflicts are still caught after completion
+        await assembler.submit(dataclasses.replace(g[2], reward=g[2].reward + 0.5))
+
+
+async def test_a_short_group_times_out_then_completes_for_retries(
+    assembler: GroupAssembler,
+) -> None:
+    g = embedded_group("short", 4, random.Random(4), advantages="grpo", timeout_s=0.4)
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    short = await asyncio.gather(assembler.submit(g[0]), assembler.submit(g[1]))
+    assert loop.time() - start < 0.4 + 0.3
+    present = sorted(g[:2], key=lambda m: m.member_id)
+    want = advantages(torch.tensor([m.reward for m in present]), "grpo").tolist()
+    for r in short:
+        m = next(x for x in g if x.member_id == r.member_id)
+        assert (r.complete, r.reason, r.members, r.stats) == (False, "timeout", 2, None)
+        assert r.reward == r.raw_reward == m.reward
+        assert r.advantage == pytest.approx(want[present.index(m)], abs=1e-6)
+    assert assembler.stats.timeouts == 2
+    # the members stayed in the group: the latecomers complete it, a retry gets the full answer
+    late = await asyncio.gather(assembler.submit(g[2]), assembler.submit(g[3]))
+    assert all(r.complete and r.members == 4 for r in late)
+    again = await assembler.submit(g[0])
+    assert again.complete and again.stats is not None
+
+
+async def test_timeout_is_capped_and_defaulted(engine: ReweightEngine) -> None:
+    s = settings(assembly_timeout_s=0.2, assembly_max_timeout_s=0.3)
+    asm = GroupAssembler(engine, make_store(s), s)
+    try:
+        loop = asyncio.get_running_loop()
+        for timeout in (None, 100.0):
+            start = loop.time()
+            sub = MemberSubmission(f"cap{timeout}", "a", 2, 1.0, embedding=[1.0], timeout_s=timeout)
+            assert (await asyncio.wait_for(asyncio.shield(asm.submit(sub)), 5)).reason == "timeout"
+            assert loop.time() - start < 0.3 + 0.2
+    finally:
+        await asm.aclose()
+
+
+async def test_bounds_answer_overloaded(engine: ReweightEngine) -> None:
+    s = settings(assembly_max_open_groups=2, assembly_max_held_members=3)
+    asm = GroupAssembler(engine, make_store(s), s)
+    try:
+        sub = MemberSubmission("a", "1", 5, 1.0, embedding=[1.0, 0.0], timeout_s=5)
+        held = [
+            asyncio.create_task(asm.submit(dataclasses.replace(sub, group_id=g, member_id=m)))
+            for g, m in (("a", "1"), ("b", "1"))
+        ]
+        await asyncio.sleep(0.05)
+        with pytest.raises(Overloaded, match="groups"):
+            await asm.submit(dataclasses.replace(sub, group_id="c"))
+        held.append(asyncio.create_task(asm.submit(dataclasses.replace(sub, member_id="2"))))
+        await asyncio.sleep(0.05)
+        with pytest.raises(Overloaded, match="members") as e:
+            await asm.submit(dataclasses.replace(sub, group_id="b", member_id="2"))
+        assert e.value.http_status == 429 and e.value.grpc_code == "RESOURCE_EXHAUSTED"
+        assert await asm.store.counts() == (2, 3)
+        assert asm.waiting == 3 and asm.open_groups == 2
+        for t in held:
+            t.cancel()
+        await asyncio.gather(*held, return_exceptions=True)
+        assert asm.waiting == 0 and asm.open_groups == 0
+    finally:
+        await asm.aclose()
+
+
+async def test_memory_store_expires_open_groups_and_results() -> None:
+    """Nothing grows without bound: open groups and results expire on the store's clock."""
+    from reweighter.assembly import Limits
+
+    now = [0.0]
+    store = MemoryStore(Limits(10, 10, open_ttl_s=5.0, result_ttl_s=2.0), clock=lambda: now[0])
+    assert (await store.add("g", "a", "meta", "rec", 2)).kind == "added"
+    assert (await store.add("h", "a", "meta", "rec", 1)).kind == "added"
+    assert await store.finish("h", "result") == "result"
+    assert await store.counts() == (1, 1)
+    now[0] = 3.0  # the result is gone, the open group is not
+    assert await store.poll("h") == (None, 0)
+    assert (await store.add("g", "a", "meta", "rec", 2)).kind == "exists"  # refreshes to 8.0
+    now[0] = 7.0
+    assert await store.counts() == (1, 1)
+    now[0] = 8.5
+    assert await store.counts() == (0, 0)
+    assert await store.members("g") == {}
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "error"),
+    [
+        ({"reward": float("nan")}, "reward", InvalidInput),
+        ({"reward": "1"}, "reward", InvalidInput),
+        ({"embedding": None}, "completion", InvalidInput),
+        ({"completion": "both"}, "completion", InvalidInput),
+        ({"embedding": [0.0, 0.0]}, "embedding", InvalidInput),
+        ({"embedding": [1.0, float("inf")]}, "embedding", InvalidInput),
+        ({"group_size": 0}, "group_size", InvalidInput),
+        ({"group_size": 10_000}, "group_size", LimitExceeded),
+        ({"member_id": ""}, "member_id", InvalidInput),
+        ({"group_id": "x" * 300}, "group_id", InvalidInput),
+        ({"timeout_s": -1.0}, "timeout_s", InvalidInput),
+        ({"method": "nope"}, "method", InvalidInput),
+        ({"params": {"eps": -3}}, "params.eps", InvalidInput),
+        ({"params": {"bogus": 1}}, "params.bogus", InvalidInput),
+        ({"advantages": "ppo"}, "advantages", InvalidInput),
+    ],
+)
+async def test_bad_members_are_refused_naming_the_field(
+    assembler: GroupAssembler, change: dict, field: str, error: type
+) -> None:
+    sub = MemberSubmission("bad", "a", 2, 1.0, embedding=[1.0, 0.0])
+    with pytest.raises(error) as e:
+        await assembler.submit(dataclasses.replace(sub, **change))
+    assert e.value.field == field
+    assert await assembler.store.counts() == (0, 0)  # nothing half-done
+
+
+async def test_ten_thousand_members_wait_without_threads(
+    engine: ReweightEngine, assembler: GroupAssembler
+) -> None:
+    """A verl step has batch x n members in flight: they must cost futures, not threads."""
+    import threading
+
+    groups, size = 1000, 11  # 10 of 11 members arrive first: 10,000 waiting
+    threads = threading.active_count()
+    subs = [
+        MemberSubmission(f"big{g}", f"{m:02d}", size, float(m % 2), embedding=[1.0, m, g % 7])
+        for g in range(groups)
+        for m in range(size)
+    ]
+    first = [asyncio.create_task(assembler.submit(s)) for s in subs if s.member_id != "10"]
+    for _ in range(200):
+        await asyncio.sleep(0.05)
+        if assembler.waiting == 10_000:
+            break
+    assert assembler.waiting == 10_000 and assembler.open_groups == groups
+    assert threading.active_count() <= threads + 2
+    last = [s for s in subs if s.member_id == "10"]
+    results = await asyncio.wait_for(
+        asyncio.gather(*first, *(assembler.submit(s) for s in last)), 120
+    )
+    assert len(results) == groups * size and all(r.complete for r in results)
+    assert assembler.stats.groups_computed == groups and assembler.waiting == 0
