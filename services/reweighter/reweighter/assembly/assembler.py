@@ -200,7 +200,7 @@ class GroupAssembler:
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # Redis away, engine overloaded: try again until timeouts
-                log.warning("assembly of group %r: %s; retrying", gid, e)
+                (log.debug if failed else log.warning)("assembly of %r: %s; retrying", gid, e)
                 failed = True
             wait = delay if (self.store.polling or failed) else None
             try:
