@@ -1,8 +1,9 @@
 """What the deploy tests share: the checkers (docker compose v2, kubectl), a compose-file loader
 that interpolates like compose does, and a Dockerfile reader.
 
-No docker engine or cluster runs here, so the files are checked statically and by running the
-commands they name. `deploy/install-checkers.sh` installs the checkers on a fresh machine.
+These checks need no docker engine or cluster: the files are checked statically and by running
+the commands they name (test_deploy_engine.py is the one that runs the stack on a real engine).
+`deploy/install-checkers.sh` installs the checkers on a fresh machine.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yml"
+# Merged over COMPOSE_FILE on a GPU host (.env.example's COMPOSE_FILE): the reweighter on CUDA.
+GPU_FILE = REPO / "docker-compose.gpu.yml"
 ENV_EXAMPLE = REPO / ".env.example"
 K8S = REPO / "deploy" / "k8s"
 OVERLAYS = ("cpu", "gpu")
@@ -66,12 +69,18 @@ def kubectl_command() -> str | None:
 
 
 def run_compose(
-    cmd: list[str], *args: str, env_file: Path | None = None, file: Path = COMPOSE_FILE
+    cmd: list[str],
+    *args: str,
+    env_file: Path | None = None,
+    file: Path | None = COMPOSE_FILE,
+    extra: tuple[Path, ...] = (),
 ) -> subprocess.CompletedProcess:
-    """`docker compose ... ARGS` on the repo's file, blind to the caller's COMPOSE_* variables."""
+    """`docker compose ... ARGS` on the repo's file (+ `extra` files merged over it; `file=None`:
+    the files the env file's COMPOSE_FILE names), blind to the caller's COMPOSE_* variables."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("COMPOSE_", "DOCKER_"))}
     env["DOCKER_HOST"] = "unix:///nonexistent.sock"  # prove no engine is needed
-    full = [*cmd, "-f", str(file), "--project-directory", str(REPO)]
+    files = [] if file is None else [file, *extra]
+    full = [*cmd, *(a for f in files for a in ("-f", str(f))), "--project-directory", str(REPO)]
     if env_file is not None:
         full += ["--env-file", str(env_file)]
     return subprocess.run([*full, *args], capture_output=True, text=True, env=env, timeout=120)
@@ -131,7 +140,7 @@ def _walk(node: Any, env: dict[str, str]) -> Any:
 
 
 def compose_variables() -> dict[str, str | None]:
-    """Every variable the compose file interpolates, with its default (None when it has none)."""
+    """Every variable the compose files interpolate, with its default (None when it has none)."""
     found: dict[str, str | None] = {}
 
     def strings(node: Any) -> list[str]:
@@ -143,7 +152,8 @@ def compose_variables() -> dict[str, str | None]:
             return [s for x in node.values() for s in strings(x)]
         return []
 
-    for text in strings(yaml.safe_load(COMPOSE_FILE.read_text())):
+    texts = [t for f in (COMPOSE_FILE, GPU_FILE) for t in strings(yaml.safe_load(f.read_text()))]
+    for text in texts:
         for m in _VAR.finditer(text):
             name = m.group("name") or m.group("bare")
             if name:
@@ -218,11 +228,23 @@ class Compose:
         }
 
 
-def load_compose(env: dict[str, str] | None = None) -> Compose:
-    """docker-compose.yml as compose reads it: YAML (anchors and merge keys), then `${...}`
-    interpolated from `env` (default: nothing set, so the file's own defaults apply)."""
+def _merge(base: Any, over: Any) -> Any:
+    """Compose's merge of an override file for what ours use: mappings merge, the rest replace."""
+    if isinstance(base, dict) and isinstance(over, dict):
+        return {k: _merge(base[k], v) if k in base else v for k, v in over.items()} | {
+            k: v for k, v in base.items() if k not in over
+        }
+    return over
+
+
+def load_compose(env: dict[str, str] | None = None, gpu: bool = False) -> Compose:
+    """docker-compose.yml as compose reads it: YAML (anchors and merge keys), with
+    docker-compose.gpu.yml merged over it when `gpu`, then `${...}` interpolated from `env`
+    (default: nothing set, so the file's own defaults apply)."""
     env = dict(env or {})
     raw = yaml.safe_load(COMPOSE_FILE.read_text())
+    if gpu:
+        raw = _merge(raw, yaml.safe_load(GPU_FILE.read_text()))
     raw = {k: v for k, v in raw.items() if not k.startswith("x-")}
     return Compose(_walk(raw, env), env)
 

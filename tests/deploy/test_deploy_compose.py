@@ -1,5 +1,7 @@
-"""docker-compose.yml: valid for Docker Compose v2 in every profile, and wired the way the
-services expect (health checks, GPU reservations, ports, variables)."""
+"""docker-compose.yml (+ docker-compose.gpu.yml): valid for Docker Compose v2 in every profile,
+and wired the way the services expect (health checks, GPU reservations, ports, variables).
+Plain `docker compose up` is redis + the reweighter on CPU; the `cpu` profile adds the trainer's
+smoke run; the GPU stack is the `gpu` profile with docker-compose.gpu.yml merged in."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import yaml
 from deploy_support import (
     COMPOSE_FILE,
     ENV_EXAMPLE,
+    GPU_FILE,
     INSTALL_HINT,
     REPO,
     compose_command,
@@ -21,8 +24,10 @@ from deploy_support import (
     run_compose,
 )
 
-CPU = {"redis", "reweighter-cpu", "trainer-cpu"}
-GPU = {"redis", "reweighter", "rollout", "trainer"}
+DEFAULT = {"redis", "reweighter"}
+CPU = DEFAULT | {"trainer-cpu"}
+GPU = DEFAULT | {"rollout", "trainer"}
+OFFLINE_OVERRIDE = REPO / "tests" / "deploy" / "compose.offline.yml"
 ROLLOUT_VARS = {
     "MODEL",
     "TENSOR_PARALLEL_SIZE",
@@ -51,20 +56,72 @@ def empty_env(tmp_path: Path) -> Path:
 
 # ---- the validator -------------------------------------------------------------------------
 @pytest.mark.parametrize(
-    "profiles", [["cpu"], ["gpu"], ["cpu", "monitoring"], ["gpu", "monitoring"]]
+    "profiles", [[], ["cpu"], ["gpu"], ["monitoring"], ["cpu", "monitoring"], ["gpu", "monitoring"]]
 )
 @pytest.mark.parametrize("env_file", ["defaults", ".env.example"])
 def test_compose_file_validates(compose, empty_env, profiles, env_file) -> None:
     env = empty_env if env_file == "defaults" else ENV_EXAMPLE
     flags = [a for p in profiles for a in ("--profile", p)]
-    out = run_compose(compose, *flags, "config", "-q", env_file=env)
+    # --profile flags win over the env file's COMPOSE_PROFILES (gpu in .env.example).
+    profiles = profiles or (["gpu"] if env_file == ".env.example" else [])
+    extra = (GPU_FILE,) if "gpu" in profiles else ()
+    out = run_compose(compose, *flags, "config", "-q", env_file=env, extra=extra)
     assert out.returncode == 0, out.stderr
-    names = run_compose(compose, *flags, "config", "--services", env_file=env)
+    names = run_compose(compose, *flags, "config", "--services", env_file=env, extra=extra)
     assert names.returncode == 0, names.stderr
-    expected = (CPU if "cpu" in profiles else GPU) | (
+    expected = (CPU if "cpu" in profiles else GPU if "gpu" in profiles else DEFAULT) | (
         {"prometheus"} if "monitoring" in profiles else set()
     )
     assert set(names.stdout.split()) == expected
+
+
+def test_plain_up_is_the_cpu_serving_stack(compose, empty_env) -> None:
+    """No .env, no profile: redis and the reweighter on CPU, published on loopback 8080/50051,
+    no GPU asked for anywhere."""
+    out = run_compose(compose, "config", "--format", "json", env_file=empty_env)
+    assert out.returncode == 0, out.stderr
+    resolved = json.loads(out.stdout)
+    assert set(resolved["services"]) == DEFAULT
+    assert "devices" not in json.dumps(resolved)
+    rw = resolved["services"]["reweighter"]
+    assert rw["build"]["args"] == {"DEVICE": "cpu"}
+    assert rw["image"].endswith("-cpu")
+    assert rw["environment"]["REWEIGHTER_DEVICE"] == "cpu"
+    published = {(p["host_ip"], p["published"], p["target"]) for p in rw["ports"]}
+    assert published == {("127.0.0.1", "8080", 8080), ("127.0.0.1", "50051", 50051)}
+
+
+def test_env_example_is_the_gpu_stack(compose) -> None:
+    """`cp .env.example .env && docker compose up`: its COMPOSE_FILE and COMPOSE_PROFILES give
+    the reweighter on CUDA, the rollout server and the trainer, each with its GPU."""
+    out = run_compose(compose, "config", "--format", "json", env_file=ENV_EXAMPLE, file=None)
+    assert out.returncode == 0, out.stderr
+    services = json.loads(out.stdout)["services"]
+    assert set(services) == GPU
+    rw = services["reweighter"]
+    assert rw["build"]["args"] == {"DEVICE": "gpu"}
+    assert not rw["image"].endswith("-cpu")
+    assert rw["environment"]["REWEIGHTER_DEVICE"] == "cuda"
+    for name in ("reweighter", "rollout", "trainer"):
+        devices = services[name]["deploy"]["resources"]["reservations"]["devices"]
+        assert [d["driver"] for d in devices] == ["nvidia"], name
+
+
+def test_offline_override_is_only_the_build_network(compose, empty_env) -> None:
+    """The engine test's override for this offline machine changes the builds' network and
+    nothing else; the shipped files never ask for the host network."""
+    plain = run_compose(compose, "--profile", "cpu", "config", "--format", "json",
+                        env_file=empty_env)  # fmt: skip
+    merged = run_compose(compose, "--profile", "cpu", "config", "--format", "json",
+                         env_file=empty_env, extra=(OFFLINE_OVERRIDE,))  # fmt: skip
+    assert plain.returncode == merged.returncode == 0, merged.stderr
+    a, b = json.loads(plain.stdout)["services"], json.loads(merged.stdout)["services"]
+    for name in a:
+        if "build" in a[name]:
+            assert b[name]["build"].pop("network") == "host", name
+        assert a[name] == b[name], name
+    for f in (COMPOSE_FILE, GPU_FILE):
+        assert "network: host" not in f.read_text() and "network_mode" not in f.read_text()
 
 
 def test_validator_rejects_a_broken_file(compose, tmp_path, empty_env) -> None:
@@ -83,7 +140,7 @@ def test_cpu_profile_reserves_no_gpu(compose, empty_env) -> None:
     resolved = json.loads(out.stdout)
     assert set(resolved["services"]) == CPU
     assert "devices" not in json.dumps(resolved)
-    assert resolved["services"]["reweighter-cpu"]["build"]["args"] == {"DEVICE": "cpu"}
+    assert resolved["services"]["reweighter"]["build"]["args"] == {"DEVICE": "cpu"}
     assert resolved["services"]["trainer-cpu"]["build"]["args"] == {"DEVICE": "cpu"}
 
 
@@ -106,21 +163,22 @@ def test_loader_agrees_with_compose(compose, empty_env) -> None:
 # ---- wiring (read with the same loader the e2e test uses) ----------------------------------
 def test_profiles_split_the_stacks() -> None:
     c = load_compose()
+    assert set(c.profile()) == DEFAULT
     assert set(c.profile("cpu")) == CPU
     assert set(c.profile("gpu")) == GPU
-    # The cpu reweighter answers to the same name, so clients and scrape targets do not change.
-    assert "reweighter" in c.services["reweighter-cpu"].aliases
+    # The GPU file changes the reweighter in place: same name for clients and scrape targets.
+    assert set(load_compose(gpu=True).services) == set(c.services)
 
 
 def test_gpu_services_reserve_gpus_and_cpu_services_none() -> None:
-    c = load_compose()
+    c, g = load_compose(), load_compose(gpu=True)
     for name in ("reweighter", "rollout", "trainer"):
-        devices = c.services[name].gpu_devices()
+        devices = g.services[name].gpu_devices()
         assert devices and all(d["driver"] == "nvidia" for d in devices), name
     for name in CPU:
         assert c.services[name].gpu_devices() == [], name
-    assert c.services["reweighter"].environment({})["REWEIGHTER_DEVICE"] == "cuda"
-    assert c.services["reweighter-cpu"].environment({})["REWEIGHTER_DEVICE"] == "cpu"
+    assert g.services["reweighter"].environment({})["REWEIGHTER_DEVICE"] == "cuda"
+    assert c.services["reweighter"].environment({})["REWEIGHTER_DEVICE"] == "cpu"
 
 
 def test_every_dependency_waits_for_health() -> None:
@@ -130,14 +188,14 @@ def test_every_dependency_waits_for_health() -> None:
             assert cond["condition"] == "service_healthy", f"{name} -> {dep}"
             assert "healthcheck" in c.services[dep].spec, f"{dep} has no healthcheck"
     assert set(c.services["trainer"].spec["depends_on"]) == {"reweighter", "rollout"}
-    assert set(c.services["trainer-cpu"].spec["depends_on"]) == {"reweighter-cpu"}
+    assert set(c.services["trainer-cpu"].spec["depends_on"]) == {"reweighter"}
 
 
 def test_health_checks_hit_the_right_endpoints() -> None:
     c = load_compose()
-    for name in ("reweighter", "reweighter-cpu"):
-        test = " ".join(c.services[name].spec["healthcheck"]["test"])
-        assert "/readyz" in test and "REWEIGHTER_HTTP_PORT" in test, name
+    for svc in (c.services["reweighter"], load_compose(gpu=True).services["reweighter"]):
+        test = " ".join(svc.spec["healthcheck"]["test"])
+        assert "/readyz" in test and "REWEIGHTER_HTTP_PORT" in test
     rollout = c.services["rollout"]
     assert "127.0.0.1:8000/health/" in " ".join(rollout.spec["healthcheck"]["test"])
     assert rollout.spec["healthcheck"]["test"][0] == "CMD"
@@ -162,12 +220,12 @@ def test_ports_and_service_urls_line_up() -> None:
         name: {p.rsplit(":", 1)[1] for p in svc.spec.get("ports", [])}
         for name, svc in c.services.items()
     }
-    assert published["reweighter"] == published["reweighter-cpu"] == {"8080", "50051"}
+    assert published["reweighter"] == {"8080", "50051"}
     assert published["rollout"] == {"8000"}
     assert "redis" not in published or not published["redis"]
     for p in c.services["reweighter"].spec["ports"]:
         assert p.startswith("127.0.0.1:"), "published on loopback unless PUBLISH_ADDRESS says so"
-    env = c.services["reweighter-cpu"].environment({})
+    env = c.services["reweighter"].environment({})
     assert (env["REWEIGHTER_HTTP_PORT"], env["REWEIGHTER_GRPC_PORT"]) == ("8080", "50051")
     assert env["REWEIGHTER_HOST"] == "0.0.0.0"
     assert env["REDIS_URL"] == "redis://redis:6379/0"
@@ -204,9 +262,10 @@ def test_env_example_lists_every_variable_with_the_same_default() -> None:
     for name, default in used.items():
         if name in values and default is not None:
             assert values[name] == default, f"{name}: .env.example {values[name]!r} != {default!r}"
-    unused = set(values) - set(used) - {"COMPOSE_PROFILES"}
-    assert not unused, f".env.example sets variables the compose file ignores: {sorted(unused)}"
+    unused = set(values) - set(used) - {"COMPOSE_PROFILES", "COMPOSE_FILE"}
+    assert not unused, f".env.example sets variables the compose files ignore: {sorted(unused)}"
     assert values["COMPOSE_PROFILES"] == "gpu"
+    assert values["COMPOSE_FILE"] == f"{COMPOSE_FILE.name}:{GPU_FILE.name}"
 
 
 def test_prometheus_scrapes_the_service_port() -> None:

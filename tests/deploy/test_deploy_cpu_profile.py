@@ -143,8 +143,8 @@ def test_cpu_profile_trains_against_the_service(
     if shutil.which("redis-server") is None:
         pytest.skip("redis-server is not installed (Debian package redis-server)")
     services = load_compose(dotenv).profile("cpu")
-    assert set(services) == {"redis", "reweighter-cpu", "trainer-cpu"}
-    redis_svc, rw_svc, tr_svc = (services[n] for n in ("redis", "reweighter-cpu", "trainer-cpu"))
+    assert set(services) == {"redis", "reweighter", "trainer-cpu"}
+    redis_svc, rw_svc, tr_svc = (services[n] for n in ("redis", "reweighter", "trainer-cpu"))
     translate = Translator(tmp_path)
     redis_port = translate.expose(redis_svc, 6379)
     http_port = translate.expose(rw_svc, 8080)

@@ -192,9 +192,9 @@ def test_reweighter_image_health_checks_readiness() -> None:
     assert env["REWEIGHTER_HOST"] == "0.0.0.0"
     assert env["HF_HUB_OFFLINE"] == "1", "the bundled model needs no download"
     # Compose repeats the image's check verbatim (the cpu-profile test runs compose's).
-    for name in ("reweighter", "reweighter-cpu"):
-        test = load_compose().services[name].spec["healthcheck"]["test"]
-        assert test == ["CMD", *check.healthcheck()], name
+    for gpu in (False, True):
+        test = load_compose(gpu=gpu).services["reweighter"].spec["healthcheck"]["test"]
+        assert test == ["CMD", *check.healthcheck()], f"gpu={gpu}"
 
 
 @pytest.mark.parametrize("rel", sorted(ROOT_CONTEXT))
