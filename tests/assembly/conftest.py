@@ -16,7 +16,10 @@ from reweighter.types import Group, ReweightRequest
 
 
 def settings(**overrides: object) -> Settings:
-    base: dict[str, object] = {"host": "127.0.0.1", "http_port": 0, "grpc_port": 0}
+    # compile off: tests check answers, not speed, and compiling costs a minute on this CPU
+    base: dict[str, object] = {
+        "host": "127.0.0.1", "http_port": 0, "grpc_port": 0, "compile": False
+    }
     base.update(overrides)
     return Settings(**base)
 

@@ -12,7 +12,14 @@ import torch
 
 from reweighter.assembly import GroupAssembler, MemberSubmission, MemoryStore, make_store
 from reweighter.engine import ReweightEngine
-from reweighter.errors import Conflict, InvalidInput, LimitExceeded, Overloaded, PreconditionFailed
+from reweighter.errors import (
+    Conflict,
+    InvalidInput,
+    LimitExceeded,
+    Overloaded,
+    PreconditionFailed,
+    StoreUnavailable,
+)
 from reweighter.methods import advantages
 
 from .conftest import embedded_group, ordered_request, settings
@@ -257,3 +264,15 @@ async def test_ten_thousand_members_wait_without_threads(
     )
     assert len(results) == groups * size and all(r.complete for r in results)
     assert assembler.stats.groups_computed == groups and assembler.waiting == 0
+
+
+async def test_closing_answers_waiters_with_a_retryable_error(engine: ReweightEngine) -> None:
+    s = settings()
+    asm = GroupAssembler(engine, make_store(s), s)
+    sub = MemberSubmission("stop", "a", 2, 1.0, embedding=[1.0, 0.0], timeout_s=30)
+    waiting = asyncio.create_task(asm.submit(sub))
+    await asyncio.sleep(0.05)
+    await asm.aclose()
+    with pytest.raises(StoreUnavailable, match="stopping") as e:
+        await asyncio.wait_for(waiting, 2)
+    assert e.value.http_status == 503

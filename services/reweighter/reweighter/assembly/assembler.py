@@ -109,7 +109,14 @@ class GroupAssembler:
             await self.store.start(self._on_done)
 
     async def aclose(self) -> None:
+        """Answer every waiter here with a retryable 503 (with Redis another replica can still
+        complete its group), stop the watchers, close the store."""
         for watch in list(self._watches.values()):
+            if not watch.done.done():
+                watch.done.set_exception(
+                    StoreUnavailable("the service is stopping; send the member again")
+                )
+                watch.done.exception()  # retrieved: no "never retrieved" warning
             if watch.task is not None:
                 watch.task.cancel()
         for task in list(self._computing):
