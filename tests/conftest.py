@@ -17,6 +17,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# The suite runs the eager encoder: a background torch.compile per test service would burn
+# the shared CPU for a minute each (tests that want it ask for compile="on"/"auto").
+os.environ.setdefault("REWEIGHTER_COMPILE", "off")
 
 
 def free_port() -> int:

@@ -1,4 +1,6 @@
-"""Dynamic batching: merged rounds, per-request results and errors, 429, shutdown (real model).
+"""Dynamic batching: merged rounds, fair slices, per-request results and errors, 429, shutdown.
+
+The real model computes every vector.
 
 A gate (a threading.Event the wrapped encoder waits on) holds the worker busy so that rounds
 are formed deterministically, without sleeps or timing assumptions.
@@ -8,12 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
 from test_embedding_support import CountingEncoder, bundled_encoder, fresh_view
 
 from reweighter.embedding import CachingEmbedder
+from reweighter.embedding.base import Encoder, Piece
+from reweighter.embedding.sentence_transformers import SentenceTransformerEncoder
 from reweighter.errors import NotReady, Overloaded
 
 
@@ -37,13 +42,15 @@ async def test_concurrent_requests_get_their_own_vectors() -> None:
         tasks = [asyncio.create_task(emb.aencode(request(0)))]
         await wait_for(counting.entered.is_set)  # the worker holds request 0 at the gate
         tasks += [asyncio.create_task(emb.aencode(request(i))) for i in range(1, 16)]
-        await wait_for(lambda: emb.batcher.pending == 16)
+        await wait_for(lambda: emb.batcher.pending == 16 and emb.batcher.preparing == 0)
         gate.set()  # the 15 that queued meanwhile form one round
         results = await asyncio.gather(*tasks)
     finally:
         await emb.aclose()
     assert len(counting.calls) == 2 and len(counting.calls[0]) == 3
-    assert len(counting.calls[1]) == 15 * 2 + 1  # the shared text computed once for 15 requests
+    # The shared text is in flight with request 0: computed once for all 16 requests.
+    assert len(counting.calls[1]) == 15 * 2
+    assert "the shared final answer" not in counting.calls[1]
     ref = bundled_encoder()
     for i, got in enumerate(results):
         np.testing.assert_allclose(got, ref.encode(request(i)), atol=1e-5)
@@ -96,7 +103,7 @@ async def test_an_encoder_error_reaches_only_its_callers() -> None:
         tasks = [asyncio.create_task(emb.aencode(texts[0]))]
         await wait_for(counting.entered.is_set)
         tasks += [asyncio.create_task(emb.aencode(t)) for t in texts[1:]]
-        await wait_for(lambda: emb.batcher.pending == 4)
+        await wait_for(lambda: emb.batcher.pending == 4 and emb.batcher.preparing == 0)
         gate.set()  # round 2 merges three requests, one of which fails
         results = await asyncio.gather(*tasks, return_exceptions=True)
     finally:
@@ -142,3 +149,127 @@ async def test_aclose_finishes_in_flight_work_then_refuses() -> None:
     assert [r.shape for r in results] == [(1, 384)] * 3
     with pytest.raises(NotReady):
         await emb.aencode(["too late"])
+
+
+class SliceRecorder(Encoder):
+    """The real encoder's sliced path, recording which text owns each piece of every model call.
+
+    Not a mock: split, embed_pieces and pool are the real encoder's; the first call may be held
+    at a gate so that the test decides what is queued behind it.
+    """
+
+    def __init__(self, inner: SentenceTransformerEncoder, gate: threading.Event) -> None:
+        self.inner, self.gate = inner, gate
+        self.model_id, self.dim, self.device = inner.model_id, inner.dim, inner.device
+        self.owner: dict[int, str] = {}
+        self.calls: list[list[str]] = []
+        self.entered = threading.Event()
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        return self.inner.encode(texts)
+
+    def split(self, texts: Sequence[str]) -> list[Piece]:
+        pieces = self.inner.split(texts)
+        for p in pieces:
+            self.owner[id(p)] = texts[p.text]
+        return pieces
+
+    def embed_pieces(self, pieces: Sequence[Piece]) -> np.ndarray:
+        self.calls.append([self.owner[id(p)] for p in pieces])
+        self.entered.set()
+        assert self.gate.wait(30), "test gate never opened"
+        return self.inner.embed_pieces(pieces)
+
+    def pool(self, pieces: Sequence[Piece], vecs: np.ndarray) -> np.ndarray:
+        return self.inner.pool(pieces, vecs)
+
+
+def huge_text(windows: int) -> str:
+    words = " ".join(f"step {i}: {i} + {i} = {2 * i}." for i in range(windows * 40))
+    return words
+
+
+async def test_a_small_request_overtakes_a_huge_one() -> None:
+    """Issue 11.1: the windows of one huge text are sliced; a small request that arrives while
+    it encodes runs in the next round, not after the huge text's remaining windows."""
+    view = fresh_view()
+    big = huge_text(8)
+    n_windows = len(view.split([big]))
+    assert n_windows >= 6
+    gate = threading.Event()
+    rec = SliceRecorder(view, gate)
+    emb = CachingEmbedder(rec, cache=None, slice_tokens=2 * view.window)  # two windows a slice
+    small = ["a short answer: 4", "another short answer: 5"]
+    done: list[str] = []
+
+    async def call(name: str, texts: list[str]) -> np.ndarray:
+        out = await emb.aencode(texts)
+        done.append(name)
+        return out
+
+    try:
+        big_task = asyncio.create_task(call("big", [big]))
+        await wait_for(rec.entered.is_set)  # the first slice of the huge text is at the gate
+        small_task = asyncio.create_task(call("small", small))
+        await wait_for(lambda: emb.batcher.pending == 2 and emb.batcher.preparing == 0)
+        gate.set()
+        got_big, got_small = await asyncio.gather(big_task, small_task)
+    finally:
+        gate.set()
+        await emb.aclose()
+    assert rec.calls[0] == [big, big]  # one slice: two windows, not the whole text
+    assert set(rec.calls[1]) == {big, *small}  # the small request joins the very next round
+    assert all(set(c) == {big} for c in rec.calls[2:])  # the rest of the huge text follows
+    assert sum(c.count(big) for c in rec.calls) == n_windows
+    assert done == ["small", "big"]
+    # Slicing changes the order of work, never the numbers.
+    ref = bundled_encoder()
+    np.testing.assert_allclose(got_big, ref.encode([big]), atol=1e-5)
+    np.testing.assert_allclose(got_small, ref.encode(small), atol=1e-5)
+
+
+async def test_rounds_serve_the_least_recently_served_request_first() -> None:
+    """With room for one slice per round, two long requests alternate and a newcomer goes
+    before both: round-robin, so no request waits for another's whole length."""
+    view = fresh_view()
+    gate = threading.Event()
+    rec = SliceRecorder(view, gate)
+    emb = CachingEmbedder(rec, cache=None, slice_tokens=view.window)
+    emb.batcher.round_tokens = 1  # every round is full after its first slice (one window)
+    a, b, c = huge_text(3), huge_text(3) + " (b)", "a newcomer"
+    try:
+        first = asyncio.create_task(emb.aencode([a]))
+        await wait_for(rec.entered.is_set)
+        second = asyncio.create_task(emb.aencode([b]))
+        await wait_for(lambda: emb.batcher.pending == 2 and emb.batcher.preparing == 0)
+        third = asyncio.create_task(emb.aencode([c]))
+        await wait_for(lambda: emb.batcher.pending == 3 and emb.batcher.preparing == 0)
+        gate.set()
+        await asyncio.gather(first, second, third)
+    finally:
+        gate.set()
+        await emb.aclose()
+    owners = [call[0] for call in rec.calls]
+    assert all(len(call) == 1 for call in rec.calls)
+    assert owners[:6] == [a, b, c, a, b, a]
+    assert owners.count(a) == owners.count(b) == len(view.split([a]))
+
+
+async def test_a_text_shared_by_requests_in_flight_is_computed_once() -> None:
+    view = fresh_view()
+    gate = threading.Event()
+    rec = SliceRecorder(view, gate)
+    emb = CachingEmbedder(rec, cache=None)
+    shared = huge_text(2)
+    try:
+        first = asyncio.create_task(emb.aencode([shared, "one"]))
+        await wait_for(rec.entered.is_set)
+        second = asyncio.create_task(emb.aencode(["two", shared]))
+        await wait_for(lambda: emb.batcher.pending == 2 and emb.batcher.preparing == 0)
+        gate.set()
+        x, y = await asyncio.gather(first, second)
+    finally:
+        gate.set()
+        await emb.aclose()
+    assert sum(call.count(shared) for call in rec.calls) == len(view.split([shared]))
+    np.testing.assert_allclose(x[0], y[1])

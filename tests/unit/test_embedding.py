@@ -168,11 +168,21 @@ def test_max_seq_length_override_changes_the_window(plain: SentenceTransformer) 
 
 
 @pytest.mark.slow
-def test_compiled_encoder_gives_the_same_vectors(plain: SentenceTransformer) -> None:
-    compiled = SentenceTransformerEncoder(device="cpu", compile=True)
-    assert compiled.compiled
+def test_background_compile_swaps_in_the_same_vectors(plain: SentenceTransformer) -> None:
+    """compile="auto": eager answers at once, the compiled forward is swapped in when warm,
+    and it gives the eager vectors (batches of one stay eager by design)."""
+    enc = SentenceTransformerEncoder(device="cpu", compile="auto")
     texts = [*SHORT, "Step 1: 3 + 4 = 7. " * 80]
-    np.testing.assert_allclose(compiled.encode(texts), bundled_encoder().encode(texts), atol=1e-5)
+    assert enc.compile_state == "compiling" and not enc.compiled
+    eager = enc.encode(texts)  # served while the compile runs in its thread
+    enc._compile_thread.join(300)
+    assert enc.compile_state == "compiled" and enc.compiled and enc.compile_seconds > 0
+    np.testing.assert_allclose(enc.encode(texts), eager, atol=1e-5)
     np.testing.assert_allclose(
-        compiled.encode(SHORT), plain.encode(SHORT, normalize_embeddings=True), atol=1e-5
+        enc.encode(SHORT), plain.encode(SHORT, normalize_embeddings=True), atol=1e-5
     )
+    # Shapes other than the warm-up's reuse the graph (recompiles are refused and would log).
+    np.testing.assert_allclose(enc.encode(texts[:2]), eager[:2], atol=1e-5)
+    many = [f"Step {i}: {i} + 1 = {i + 1}. " * (1 + i % 9) for i in range(40)]
+    enc.encode(many)
+    assert enc.recompile_fallbacks == 0

@@ -92,10 +92,31 @@ def test_build_embedder_from_settings(shared_redis_url: str) -> None:
     assert build_embedder(Settings(device="cpu", cache_max_bytes=0)).cache is None
 
 
-def test_compile_is_off_unless_requested(monkeypatch: pytest.MonkeyPatch) -> None:
-    from reweighter.embedding import compile_requested
+def test_compile_mode_defaults_to_auto_and_reads_the_old_boolean(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from reweighter.embedding import compile_mode
 
     monkeypatch.delenv("REWEIGHTER_COMPILE", raising=False)
-    assert compile_requested(Settings()) is False
-    monkeypatch.setenv("REWEIGHTER_COMPILE", "1")
-    assert compile_requested(Settings()) is True
+    assert compile_mode(Settings()) == "auto"
+    for value, mode in [("1", "on"), ("true", "on"), ("0", "off"), ("off", "off")]:
+        monkeypatch.setenv("REWEIGHTER_COMPILE", value)
+        assert compile_mode(Settings()) == mode
+    with pytest.raises(ValueError, match="compile"):
+        Settings(compile="sometimes")
+    monkeypatch.delenv("REWEIGHTER_COMPILE")
+    assert Settings(slice_tokens=512).slice_tokens == 512
+
+
+def test_slice_tokens_reach_the_batcher() -> None:
+    emb = build_embedder(Settings(device="cpu", compile="off", slice_tokens=300))
+    try:
+        assert emb.batcher.slice_tokens == 300 and emb.batcher.round_tokens == 1200
+    finally:
+        emb.close()
+    emb = build_embedder(Settings(device="cpu", compile="off"))
+    try:
+        assert emb.batcher.slice_tokens == 1024  # the CPU default
+        assert emb.encoder.compile_state == "off"
+    finally:
+        emb.close()

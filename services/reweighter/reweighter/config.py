@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 LongTextPolicy = Literal["head", "tail", "chunk_mean"]
@@ -29,9 +29,10 @@ class Settings(BaseSettings):
         "chunk_mean", description="how texts longer than the encoder window are embedded"
     )
     max_seq_length: int | None = Field(None, description="override the encoder window (tokens)")
-    compile: bool = Field(
-        False,
-        description="torch.compile the encoder: ~20 s more at start, ~1.8x CPU throughput",
+    compile: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="torch.compile the encoder: 'auto' serves eager at once and swaps the "
+        "compiled encoder in when it is warm (background); 'on' compiles before ready",
     )
     # batching
     max_batch_tokens: int | None = Field(
@@ -41,6 +42,20 @@ class Settings(BaseSettings):
     )
     max_batch_size: int = Field(64, description="at most this many sequences in one batch")
     max_queue: int = Field(1024, description="requests waiting or running before 429")
+    slice_tokens: int | None = Field(
+        None,
+        description="tokens one request gets per scheduling round (fairness: a huge request "
+        "is served in slices between others); None = per device: 1024 CPU, 32768 GPU",
+    )
+
+    @field_validator("compile", mode="before")
+    @classmethod
+    def _compile_bool(cls, v: object) -> object:
+        """REWEIGHTER_COMPILE=1/0 and true/false (the older boolean setting) still work."""
+        words = {"1": "on", "true": "on", "yes": "on", "0": "off", "false": "off", "no": "off"}
+        if isinstance(v, bool):
+            return "on" if v else "off"
+        return words.get(str(v).strip().lower(), v)
     # cache
     redis_url: str | None = Field(
         None, validation_alias=AliasChoices("REWEIGHTER_REDIS_URL", "REDIS_URL", "redis_url")

@@ -23,7 +23,7 @@ __all__ = [
     "RedisCache",
     "TieredCache",
     "build_cache",
-    "compile_requested",
+    "compile_mode",
     "build_embedder",
 ]
 
@@ -37,13 +37,14 @@ def build_cache(settings: Settings) -> EmbeddingCache | None:
     return TieredCache(lru, redis) if lru is not None else redis
 
 
-def compile_requested(settings: Settings) -> bool:
-    """`Settings.compile` (flag --compile, env REWEIGHTER_COMPILE).
+def compile_mode(settings: Settings) -> str:
+    """`Settings.compile` (flag --compile, env REWEIGHTER_COMPILE): auto | on | off.
 
-    Off by default: compiling costs seconds at start, which a long-running service amortises
-    (the images turn it on) and a test suite or a one-off CLI run does not.
+    `auto` (the default) serves the eager model at once and swaps the torch.compile'd one in
+    when its background compile is warm, so nobody has to know about compiling to get its
+    speed; `on` compiles before the service is ready; `off` stays eager (the test suite).
     """
-    return bool(settings.compile)
+    return str(settings.compile)
 
 
 def build_embedder(settings: Settings) -> Embedder:
@@ -60,7 +61,7 @@ def build_embedder(settings: Settings) -> Embedder:
         device=settings.device,
         long_text=settings.long_text,
         max_seq_length=settings.max_seq_length,
-        compile=compile_requested(settings),
+        compile=compile_mode(settings),  # type: ignore[arg-type]
     )
     return CachingEmbedder(
         encoder,
@@ -68,4 +69,5 @@ def build_embedder(settings: Settings) -> Embedder:
         max_batch_tokens=settings.max_batch_tokens if "max_batch_tokens" in explicit else None,
         max_batch_size=settings.max_batch_size if "max_batch_size" in explicit else None,
         max_queue=settings.max_queue,
+        slice_tokens=settings.slice_tokens,
     )

@@ -5,8 +5,27 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One unit of model work: a whole text, or one window of a long one.
+
+    The batcher schedules pieces, not requests, so that one huge text is split into bounded
+    slices that interleave with other requests' work (DESIGN principle 5).
+    """
+
+    text: int
+    """Index of the text it belongs to, in the list given to `Encoder.split`."""
+    tokens: int
+    """What it occupies in a batch (its cost against token budgets)."""
+    data: Any
+    """Encoder-private: the text itself by default, a window's token ids for transformers."""
+    weight: float = 1.0
+    """Its weight when a text's pieces are pooled into one vector."""
 
 
 class Encoder(ABC):
@@ -34,6 +53,25 @@ class Encoder(ABC):
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         """Tokens each text will occupy in a batch (for token-budget batching)."""
         return [max(1, len(t) // 4) for t in texts]
+
+    # -- sliced work (the batcher's path): split -> embed_pieces (any grouping) -> pool ----------
+    def split(self, texts: Sequence[str]) -> list[Piece]:
+        """The pieces of work for `texts`, in text order. Default: one piece per text."""
+        counts = self.count_tokens(texts)
+        return [Piece(i, n, t) for i, (t, n) in enumerate(zip(texts, counts, strict=True))]
+
+    def embed_pieces(self, pieces: Sequence[Piece]) -> np.ndarray:
+        """One vector per piece ([P, D] float32), for any subset of any texts' pieces."""
+        return self.encode([p.data for p in pieces])
+
+    def pool(self, pieces: Sequence[Piece], vecs: np.ndarray) -> np.ndarray:
+        """One text's pieces and their vectors -> its vector: the weighted mean, re-normalised
+        when there was more than one piece (a single piece keeps its vector exactly)."""
+        if len(pieces) == 1:
+            return vecs[0]
+        w = np.asarray([p.weight for p in pieces], dtype=np.float64)
+        v = (vecs.astype(np.float64) * w[:, None]).sum(0) / w.sum()
+        return (v / max(float(np.linalg.norm(v)), 1e-12)).astype(np.float32)
 
 
 @dataclass

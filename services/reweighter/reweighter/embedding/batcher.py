@@ -1,9 +1,17 @@
-"""Dynamic batching: concurrent requests share model passes; the model runs in one worker thread.
+"""Dynamic, fair batching: requests are split into pieces, served round-robin in bounded slices.
 
-Why one thread: the model already uses every core for one batch, so two concurrent forward
-passes only fight over caches; and a single consumer can merge whatever queued while it was
-busy into one longest-first, token-budgeted pass (the encoder shapes the batches), which is
-where the throughput comes from. The event loop only enqueues and awaits a future.
+Why one worker thread: the model already uses every core for one batch, so two concurrent
+forward passes only fight over caches; a single consumer merges whatever is queued into one
+longest-first, token-budgeted round (the encoder shapes the forward passes).
+
+Why slices: a request is split into pieces (a text, or one window of a long text) and each
+round takes at most `slice_tokens` of every active request, round-robin, up to `round_tokens`
+in all. One request with a 5 MB completion (thousands of windows) therefore advances a slice
+per round while a small request that arrives meanwhile is served in the next round: the
+largest allowed request delays a small one by about two rounds, not by its whole length.
+
+Identical texts in flight are computed once, whichever requests asked for them. The event loop
+only enqueues and awaits a future; tokenising (`split`) runs in a helper thread.
 """
 
 from __future__ import annotations
@@ -12,24 +20,59 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from reweighter.embedding.base import Encoder, Piece
 from reweighter.errors import NotReady, Overloaded
 
 log = logging.getLogger(__name__)
 
-Compute = Callable[[list[str]], np.ndarray]
+OnComputed = Callable[[list[str], np.ndarray], None]
 
 
-@dataclass
+@dataclass(eq=False)
+class _Job:
+    """One distinct text in flight; shared by every request that asked for it."""
+
+    text: str
+    pieces: list[Piece] | None = None  # None until split
+    vecs: np.ndarray | None = None
+    scheduled: int = 0  # pieces handed to a round
+    done: int = 0  # pieces computed
+    result: np.ndarray | None = None
+    error: BaseException | None = None
+    waiters: list[_Request] = field(default_factory=list)
+
+    @property
+    def finished(self) -> bool:
+        return self.result is not None or self.error is not None
+
+    @property
+    def schedulable(self) -> bool:
+        return self.pieces is not None and not self.finished and self.scheduled < len(self.pieces)
+
+
+@dataclass(eq=False)
 class _Request:
-    texts: list[str]
+    jobs: list[_Job]
+    index: list[int]  # text i of the request -> jobs[index[i]]
     future: asyncio.Future[np.ndarray]
     loop: asyncio.AbstractEventLoop
+    open_jobs: int = 0
+    resolved: bool = False
+    seq: int = 0  # arrival order
+    turn: int = -1  # the last round that served it (-1: never)
+
+    @property
+    def live(self) -> bool:
+        return not self.resolved and not self.future.cancelled()
+
+
+# A round: per request, the (job, first piece, end piece) ranges it contributed.
+_Slice = tuple[_Request, list[tuple[_Job, int, int]]]
 
 
 def _resolve(fut: asyncio.Future, value: np.ndarray | None, exc: BaseException | None) -> None:
@@ -42,33 +85,46 @@ def _resolve(fut: asyncio.Future, value: np.ndarray | None, exc: BaseException |
 
 
 class DynamicBatcher:
-    """Queue of requests -> one worker thread -> merged `compute` calls -> per-request futures.
+    """Requests -> pieces -> fair rounds in one worker thread -> per-request futures.
 
     `max_queue` bounds the requests waiting or running; beyond it `submit` raises `Overloaded`
     at once (a 429 the client retries), rather than letting latency grow without bound.
-    `max_round_texts` bounds one merged call so a flood does not starve its own first callers.
-    `lock` is held around every `compute` so synchronous callers can share the model safely.
+    `slice_tokens` bounds what one request gets per round, `round_tokens` (and
+    `max_round_pieces`) one round. `lock` is held around every model call so synchronous
+    callers can share the model safely. `on_computed(texts, vectors)` runs in the worker for
+    every finished batch of texts (cache write-back, counters).
     """
 
     def __init__(
         self,
-        compute: Compute,
+        encoder: Encoder,
         *,
+        slice_tokens: int = 1024,
+        round_tokens: int | None = None,
+        max_round_pieces: int = 4096,
         max_queue: int = 1024,
-        max_round_texts: int = 4096,
         lock: threading.Lock | None = None,
+        on_computed: OnComputed | None = None,
         name: str = "reweighter-embed",
     ) -> None:
         if max_queue < 1:
             raise ValueError("max_queue must be at least 1")
-        self._compute = compute
+        if slice_tokens < 1:
+            raise ValueError("slice_tokens must be at least 1")
+        self.encoder = encoder
+        self.slice_tokens = slice_tokens
+        self.round_tokens = round_tokens or 4 * slice_tokens
+        self.max_round_pieces = max_round_pieces
         self.max_queue = max_queue
-        self.max_round_texts = max_round_texts
+        self._on_computed = on_computed
         self._lock = lock or threading.Lock()
         self._name = name
-        self._queue: deque[_Request] = deque()
+        self._active: list[_Request] = []  # served least recently served first
+        self._round = self._seq = 0
+        self._inflight: dict[str, _Job] = {}
         self._cond = threading.Condition()
-        self._pending = 0  # queued + running requests
+        self._pending = 0  # requests waiting or running
+        self._preparing = 0  # distinct texts being split (tokenised) before they can run
         self._closing = False
         self._thread: threading.Thread | None = None
 
@@ -76,10 +132,17 @@ class DynamicBatcher:
     def pending(self) -> int:
         return self._pending
 
+    @property
+    def preparing(self) -> int:
+        return self._preparing
+
+    # -- the event-loop side ------------------------------------------------------------------
     async def submit(self, texts: Sequence[str]) -> np.ndarray:
-        """Vectors for `texts` ([N, D]), computed together with whatever else is queued."""
+        """Vectors for `texts` ([N, D]), computed fairly alongside whatever else is queued."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[np.ndarray] = loop.create_future()
+        texts = list(texts)
+        new: list[_Job] = []
         with self._cond:
             if self._closing:
                 raise NotReady("the embedder is shutting down")
@@ -87,68 +150,228 @@ class DynamicBatcher:
                 raise Overloaded(
                     f"embedding queue is full ({self.max_queue} requests waiting or running)"
                 )
+            jobs: list[_Job] = []
+            slot: dict[str, int] = {}
+            index = []
+            for t in texts:
+                if t not in slot:
+                    job = self._inflight.get(t)
+                    if job is None:
+                        job = self._inflight[t] = _Job(t)
+                        new.append(job)
+                    slot[t] = len(jobs)
+                    jobs.append(job)
+                index.append(slot[t])
+            self._seq += 1
+            req = _Request(jobs, index, fut, loop, open_jobs=len(jobs), seq=self._seq)
+            for job in jobs:
+                job.waiters.append(req)
             self._pending += 1
-            self._queue.append(_Request(list(texts), fut, loop))
+            self._preparing += len(new)
+            self._active.append(req)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                 self._thread.start()
-            self._cond.notify()
-        return await fut
+        # A caller that goes away stops asking (its texts still finish if others share them).
+        fut.add_done_callback(lambda f: self._finish_request(req) if f.cancelled() else None)
+        if not jobs:
+            self._finish_request(req)
+        try:
+            if new:
+                # Tokenising a huge text takes a while: off the loop and off the model's thread.
+                # The helper thread attaches the pieces itself, so a cancelled caller cannot
+                # leave jobs that other requests share half-prepared.
+                await asyncio.to_thread(self._prepare, new)
+            return await fut
+        except asyncio.CancelledError:
+            fut.cancel()
+            raise
 
-    def _take(self) -> list[_Request] | None:
+    def _prepare(self, jobs: list[_Job]) -> None:
+        try:
+            pieces = self.encoder.split([j.text for j in jobs])
+        except Exception:
+            for job in jobs:  # find the culprit: only its callers see the error
+                try:
+                    self._attach(job, self.encoder.split([job.text]))
+                except Exception as exc:
+                    with self._cond:
+                        self._preparing -= 1
+                    self._fail(job, exc)
+            return
+        per_job: list[list[Piece]] = [[] for _ in jobs]
+        for p in pieces:
+            per_job[p.text].append(p)
+        for job, own in zip(jobs, per_job, strict=True):
+            self._attach(job, own)
+
+    def _attach(self, job: _Job, pieces: list[Piece]) -> None:
+        if not pieces:
+            raise RuntimeError("the encoder split a text into no pieces")
         with self._cond:
-            while not self._queue:
-                if self._closing:
+            job.pieces = pieces
+            job.vecs = np.empty((len(pieces), self.encoder.dim), dtype=np.float32)
+            self._preparing -= 1
+            self._cond.notify()
+
+    # -- the worker side ----------------------------------------------------------------------
+    def _take(self) -> list[_Slice] | None:
+        """The next round: one slice of each active request in round-robin order, bounded."""
+        with self._cond:
+            while True:
+                taken = self._take_locked()
+                if taken:
+                    return taken
+                if self._closing and not self._active:
                     return None
                 self._cond.wait()
-            taken = [self._queue.popleft()]
-            n = len(taken[0].texts)
-            while self._queue and n + len(self._queue[0].texts) <= self.max_round_texts:
-                req = self._queue.popleft()
-                n += len(req.texts)
-                taken.append(req)
-            return taken
+
+    def _take_locked(self) -> list[_Slice]:
+        taken: list[_Slice] = []
+        tokens = count = 0
+        self._active = [r for r in self._active if r.live]  # drop finished requests
+        # Least recently served first (never served: first), then arrival order.
+        self._round += 1
+        for req in sorted(self._active, key=lambda r: (r.turn, r.seq)):
+            ranges: list[tuple[_Job, int, int]] = []
+            used = 0  # a slice takes whole pieces while they fit, and at least one
+            for job in req.jobs:
+                if not job.schedulable:
+                    continue
+                assert job.pieces is not None
+                start = end = job.scheduled
+                while end < len(job.pieces) and count < self.max_round_pieces:
+                    cost = job.pieces[end].tokens
+                    if used and used + cost > self.slice_tokens:
+                        break
+                    used += cost
+                    count += 1
+                    end += 1
+                if end > start:
+                    job.scheduled = end
+                    ranges.append((job, start, end))
+                if end < len(job.pieces) or count >= self.max_round_pieces:
+                    break  # the slice is full
+            tokens += used
+            if ranges:
+                req.turn = self._round
+                taken.append((req, ranges))
+            if tokens >= self.round_tokens or count >= self.max_round_pieces:
+                break
+        return taken
 
     def _run(self) -> None:
         while (round_ := self._take()) is not None:
             try:
                 self._serve(round_)
-            finally:
-                with self._cond:
-                    self._pending -= len(round_)
+            except BaseException as exc:  # never let the worker die with callers waiting
+                log.exception("embedding round failed unexpectedly")
+                for _, ranges in round_:
+                    for job, _, _ in ranges:
+                        self._fail(job, exc)
 
-    def _call(self, texts: list[str]) -> np.ndarray:
+    def _embed(self, pieces: list[Piece]) -> np.ndarray:
         with self._lock:
-            out = self._compute(texts)
-        if out.shape[0] != len(texts):
-            raise RuntimeError(f"encoder returned {out.shape[0]} vectors for {len(texts)} texts")
+            out = self.encoder.embed_pieces(pieces)
+        if out.shape[0] != len(pieces):
+            raise RuntimeError(f"encoder returned {out.shape[0]} vectors for {len(pieces)} pieces")
         return out
 
-    def _serve(self, round_: list[_Request]) -> None:
-        live = [r for r in round_ if not r.future.cancelled()]
-        if not live:
-            return
-        # Requests of one round may share texts (same prompt sent twice): compute each once.
-        index: dict[str, int] = {}
-        for r in live:
-            for t in r.texts:
-                index.setdefault(t, len(index))
+    @staticmethod
+    def _pieces(ranges: list[tuple[_Job, int, int]]) -> list[Piece]:
+        return [p for job, s, e in ranges for p in job.pieces[s:e]]  # type: ignore[index]
+
+    def _serve(self, round_: list[_Slice]) -> None:
         try:
-            vecs = self._call(list(index))
+            vecs = self._embed(self._pieces([r for _, ranges in round_ for r in ranges]))
         except Exception as merged_exc:
-            if len(live) == 1:
-                self._deliver(live[0], None, merged_exc)
+            if len(round_) == 1:
+                for job, _, _ in round_[0][1]:
+                    self._fail(job, merged_exc)
                 return
-            # Find who caused it: rerun each request alone, so only its own callers see the error.
+            # Find who caused it: rerun each request's slice alone, so only its callers fail.
             log.warning("merged embedding batch failed (%s); retrying per request", merged_exc)
-            for r in live:
+            for _, ranges in round_:
                 try:
-                    self._deliver(r, self._call(r.texts), None)
+                    self._store(ranges, self._embed(self._pieces(ranges)))
                 except Exception as exc:
-                    self._deliver(r, None, exc)
+                    for job, _, _ in ranges:
+                        self._fail(job, exc)
             return
-        for r in live:
-            self._deliver(r, vecs[[index[t] for t in r.texts]], None)
+        self._store([r for _, ranges in round_ for r in ranges], vecs)
+
+    def _store(self, ranges: list[tuple[_Job, int, int]], vecs: np.ndarray) -> None:
+        at = 0
+        finished: list[_Job] = []
+        with self._cond:
+            for job, s, e in ranges:
+                if job.finished or job.vecs is None or job.pieces is None:
+                    at += e - s  # abandoned meanwhile (its callers failed or went away)
+                    continue
+                job.vecs[s:e] = vecs[at : at + e - s]
+                at += e - s
+                job.done += e - s
+                if job.done == len(job.pieces):
+                    job.result = self.encoder.pool(job.pieces, job.vecs)
+                    job.vecs = None
+                    finished.append(job)
+        if not finished:
+            return
+        if self._on_computed is not None:
+            try:
+                vecs = np.stack([j.result for j in finished])  # type: ignore[misc]
+                self._on_computed([j.text for j in finished], vecs)
+            except Exception:  # bookkeeping must never fail a request
+                log.exception("on_computed hook failed")
+        for job in finished:
+            self._complete(job)
+
+    def _fail(self, job: _Job, exc: BaseException) -> None:
+        with self._cond:
+            if job.finished:
+                return
+            job.error = exc
+        self._complete(job)
+
+    def _complete(self, job: _Job) -> None:
+        ready: list[_Request] = []
+        with self._cond:
+            if self._inflight.get(job.text) is job:
+                del self._inflight[job.text]
+            for req in job.waiters:
+                req.open_jobs -= 1
+                if job.error is not None or req.open_jobs == 0:
+                    ready.append(req)
+            job.waiters = []
+        for req in ready:
+            self._finish_request(req)
+
+    def _finish_request(self, req: _Request) -> None:
+        """Resolve once: all its texts done, one failed, or its caller went away."""
+        with self._cond:
+            if req.resolved:
+                return
+            req.resolved = True
+            self._pending -= 1
+            error = next((j.error for j in req.jobs if j.error is not None), None)
+            value = None
+            if error is None and all(j.result is not None for j in req.jobs):
+                value = (
+                    np.stack([req.jobs[i].result for i in req.index])  # type: ignore[misc]
+                    if req.index
+                    else np.zeros((0, self.encoder.dim), dtype=np.float32)
+                )
+            # Stop working on texts nobody else is waiting for.
+            for job in req.jobs:
+                if req in job.waiters:
+                    job.waiters.remove(req)
+                if not job.waiters and not job.finished:
+                    if self._inflight.get(job.text) is job:
+                        del self._inflight[job.text]
+                    job.error = NotReady("abandoned: every caller went away")
+            self._cond.notify_all()
+        if error is not None or value is not None:
+            self._deliver(req, value, error)
 
     @staticmethod
     def _deliver(r: _Request, value: np.ndarray | None, exc: BaseException | None) -> None:

@@ -17,6 +17,17 @@ from reweighter.embedding.batcher import DynamicBatcher
 from reweighter.embedding.cache import EmbeddingCache, cache_key
 from reweighter.errors import InvalidInput
 
+# Tokens one request may put into a scheduling round (DynamicBatcher): the unit of fairness.
+# CPU: ~1024 tokens is 0.2-0.5 s of MiniLM on 2 cores, so a small request that arrives while a
+# huge one encodes waits about two such slices. A GPU does 32k tokens in milliseconds.
+CPU_SLICE_TOKENS = 1024
+CUDA_SLICE_TOKENS = 32768
+
+
+def default_slice_tokens(device: str) -> int:
+    return CUDA_SLICE_TOKENS if str(device).startswith("cuda") else CPU_SLICE_TOKENS
+
+
 # EmbedStats.batch_sizes is drained by the metrics exporter; without one, keep only the recent.
 _MAX_BATCH_HISTORY = 10_000
 
@@ -30,6 +41,7 @@ class CachingEmbedder(Embedder):
         max_batch_tokens: int | None = None,
         max_batch_size: int | None = None,
         max_queue: int = 1024,
+        slice_tokens: int | None = None,
     ) -> None:
         self.encoder = encoder
         self.cache = cache
@@ -43,7 +55,13 @@ class CachingEmbedder(Embedder):
         self._stats_lock = threading.Lock()
         encoder.on_batch = self._on_batch
         self._model_lock = threading.Lock()
-        self.batcher = DynamicBatcher(self._compute, max_queue=max_queue, lock=self._model_lock)
+        self.batcher = DynamicBatcher(
+            encoder,
+            slice_tokens=slice_tokens or default_slice_tokens(encoder.device),
+            max_queue=max_queue,
+            lock=self._model_lock,
+            on_computed=self._computed,
+        )
 
     # -- bookkeeping ------------------------------------------------------------------------
     def _on_batch(self, size: int) -> None:
@@ -88,14 +106,17 @@ class CachingEmbedder(Embedder):
         # A vector of the wrong size (another model under a colliding prefix) is a miss.
         return keys, [v if v is not None and v.shape == (self.dim,) else None for v in found]
 
-    def _compute(self, texts: list[str]) -> np.ndarray:
-        """Runs in the model's thread: encode, then write back (so the event loop never waits)."""
-        vecs = self.encoder.encode(texts)
+    def _computed(self, texts: list[str], vecs: np.ndarray) -> None:
+        """Runs in the model's thread: write back (so the event loop never waits), count."""
         if self.cache is not None:
             self.cache.set_many(
                 {cache_key(self.namespace, t): v for t, v in zip(texts, vecs, strict=True)}
             )
         self._count(encoded=len(texts))
+
+    def _compute(self, texts: list[str]) -> np.ndarray:
+        vecs = self.encoder.encode(texts)
+        self._computed(texts, vecs)
         return vecs
 
     def _assemble(

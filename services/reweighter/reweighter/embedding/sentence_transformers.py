@@ -10,20 +10,22 @@ model works and short texts get exactly the vectors plain `encode` gives.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import math
 import os
+import threading
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import torch
 
 from reweighter.config import LongTextPolicy
-from reweighter.embedding.base import Encoder
+from reweighter.embedding.base import Encoder, Piece
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -38,20 +40,16 @@ POLICIES: tuple[str, ...] = ("head", "tail", "chunk_mean")
 CPU_BATCH_TOKENS = 2048
 CUDA_BATCH_TOKENS = 16384
 DEFAULT_BATCH_SIZE = 64
+CompileMode = Literal["auto", "on", "off"]
+# (sequences, padded length) of the warm-up passes of a compiled encoder: short and full
+# windows, small and large batches, so every batch shape the encoder forms reuses the graph.
+WARM_SHAPES = ((3, 40), (8, 256), (5, 130), (24, 64))
 
 
 def resolve_device(device: str) -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     return device
-
-
-@dataclass(frozen=True)
-class _Piece:
-    """One window of one text: the model input is prefix + ids + suffix."""
-
-    text: int
-    ids: Sequence[int]
 
 
 class SentenceTransformerEncoder(Encoder):
@@ -69,7 +67,7 @@ class SentenceTransformerEncoder(Encoder):
         max_seq_length: int | None = None,
         max_batch_tokens: int | None = None,
         max_batch_size: int | None = None,
-        compile: bool = False,
+        compile: bool | CompileMode = False,
     ) -> None:
         from sentence_transformers import SentenceTransformer
 
@@ -118,40 +116,105 @@ class SentenceTransformerEncoder(Encoder):
         self.max_batch_size = max_batch_size or DEFAULT_BATCH_SIZE
         self.on_batch: Callable[[int], None] | None = None
         self.compiled = False
-        if compile:
+        self.compile_state = "off"  # off | compiling | compiled | failed
+        self.compile_seconds: float | None = None
+        self.recompile_fallbacks = 0  # compiled-path batches that would have recompiled
+        mode = {True: "on", False: "off"}.get(compile, compile)  # type: ignore[call-overload]
+        if mode not in ("auto", "on", "off"):
+            raise ValueError(f"compile must be 'auto', 'on' or 'off', got {compile!r}")
+        if mode == "on":
             self._compile()
+        elif mode == "auto":
+            self.compile_in_background()
 
     def _compile(self) -> None:
-        """torch.compile with frozen weights, then warm-up over the shape classes we produce.
+        """Compile now (blocking), then swap the compiled forward in."""
+        self.compile_state = "compiling"
+        self._build_compiled()
+
+    def compile_in_background(self) -> threading.Thread:
+        """Serve eager now; compile in a daemon thread and swap the compiled forward in when it
+        is warm. Requests never wait for the compile, and none runs a half-compiled model."""
+        self.compile_state = "compiling"
+        thread = threading.Thread(
+            target=self._build_compiled, name="reweighter-compile", daemon=True
+        )
+        thread.start()
+        self._compile_thread = thread
+        return thread
+
+    def _build_compiled(self) -> None:
+        """torch.compile with frozen weights, warmed over the batch shapes we produce, then
+        swapped in as the transformer's forward.
 
         Why: with frozen weights inductor prepacks the linear layers for oneDNN and fuses the
         element-wise ops; on a 2-core CPU that nearly doubles MiniLM's throughput at unchanged
-        fp32 results. The price is a compile at start (about 10-30 s on 2 cores), paid here so
-        that no request waits for it: one-sequence and many-sequence batches, short and full
-        windows (dynamic shapes, so lengths in between reuse the same code).
+        fp32 results. The compile costs 40-120 s on 2 shared cores, so by default it runs in
+        the background (`compile="auto"`) while the eager model serves.
+
+        Shapes: the graph is traced with dynamic batch and sequence sizes from a batch of
+        several sequences; one-sequence batches stay eager (a size-1 dimension would be
+        specialised: a second full compile for the cheapest case). After the swap the compiled
+        forward runs with recompiles forbidden: a shape that would need one runs eager instead
+        of stalling a request for a compile.
         """
         import torch._inductor.config as inductor_config
 
+        t0 = time.monotonic()
         # Freezing applies only to inference graphs (no autograd), so training code that
-        # compiles in the same process is unaffected.
+        # compiles in the same process is unaffected. One compile worker: leave the other
+        # core to the requests the eager model is serving meanwhile.
         inductor_config.freezing = True
-        # sentence-transformers calls `auto_model.forward` directly (not `__call__`), so the
-        # bound forward is what gets compiled; the module and its weights stay the same objects.
+        inductor_config.compile_threads = 1
+        # sentence-transformers calls `auto_model.forward` (not `__call__`), so the bound
+        # forward is what gets compiled; the module and its weights stay the same objects.
         auto_model = self._model[0].auto_model
         eager = auto_model.forward
-        auto_model.forward = torch.compile(eager, dynamic=True)
+        compiled = torch.compile(eager, dynamic=True)
+        # The warm-up must call the compiled forward exactly as sentence-transformers will
+        # (same kwargs, or the guards differ and the first real batch recompiles), while the
+        # eager model keeps serving from the worker thread: a per-thread override does both.
+        local = threading.local()
+        serving: list[Callable] = [eager]
+
+        def dispatch(*args: object, **kwargs: object) -> object:
+            return (getattr(local, "forward", None) or serving[0])(*args, **kwargs)
+
+        auto_model.forward = dispatch
         try:
+            word = self._token_ids(["reasoning"])[0] or [self._pad_id]
+            local.forward = compiled
             with torch.inference_mode():
-                probe = " ".join(["reasoning"] * (self._content * 2))
-                self.encode(["warm up"])
-                self.encode(["warm up", "a second, longer warm-up text", probe])
+                for rows, length in WARM_SHAPES:
+                    n = max(1, min(length, self.window) - len(self._prefix) - len(self._suffix))
+                    ids = (word * n)[:n]
+                    self._forward([Piece(i, n, ids) for i in range(rows)], count=False)
         except Exception as e:  # no C++ compiler, unsupported backend: serve eager, not fail
-            auto_model.forward = eager
-            logging.getLogger(__name__).warning(
-                "torch.compile failed (%s: %s); serving the eager model", type(e).__name__, e
-            )
+            self.compile_state = "failed"
+            log.warning("torch.compile failed (%s: %s); serving eager", type(e).__name__, e)
             return
+        finally:
+            local.forward = None
+
+        def forward(*args: object, **kwargs: object) -> object:
+            ids = kwargs.get("input_ids", args[0] if args else None)
+            if not isinstance(ids, torch.Tensor) or ids.shape[0] < 2:
+                return eager(*args, **kwargs)
+            try:
+                with torch.compiler.set_stance("fail_on_recompile"):
+                    return compiled(*args, **kwargs)
+            except Exception as e:  # a shape the warm-up did not cover: eager, never a stall
+                self.recompile_fallbacks += 1
+                if self.recompile_fallbacks == 1:
+                    log.warning("compiled encoder refused shape %s; ran it eager: %s",
+                                tuple(ids.shape), str(e)[:500])  # fmt: skip
+                return eager(*args, **kwargs)
+
+        serving[0] = forward  # atomic: a forward pass in flight finishes eager
         self.compiled = True
+        self.compile_state = "compiled"
+        self.compile_seconds = time.monotonic() - t0
+        log.info("compiled encoder in service after %.1f s of compiling", self.compile_seconds)
 
     def with_long_text(self, long_text: LongTextPolicy) -> SentenceTransformerEncoder:
         """A view of the same loaded model under another policy (no second copy of the weights)."""
@@ -211,27 +274,36 @@ class SentenceTransformerEncoder(Encoder):
         extra = len(self._prefix) + len(self._suffix)
         return [sum(len(w) + extra for w in self._windows(ids)) for ids in self._token_ids(texts)]
 
-    def _batches(self, pieces: list[_Piece]) -> list[list[_Piece]]:
-        """Longest first; a batch grows while padded length x count stays within the budget."""
+    def split(self, texts: Sequence[str]) -> list[Piece]:
+        """Tokenise once; one piece per window (a short text is one piece), weighted by length."""
         extra = len(self._prefix) + len(self._suffix)
-        order = sorted(pieces, key=lambda p: len(p.ids), reverse=True)
-        batches: list[list[_Piece]] = []
-        current: list[_Piece] = []
-        for piece in order:
-            padded = (len(current[0].ids) if current else len(piece.ids)) + extra
+        return [
+            Piece(t, len(w) + extra, w, float(max(1, len(w))))
+            for t, ids in enumerate(self._token_ids(texts))
+            for w in self._windows(ids)
+        ]
+
+    def _batches(self, pieces: Sequence[Piece]) -> list[list[int]]:
+        """Indices into `pieces`, longest first; a batch grows while padded length x count stays
+        within the budget."""
+        order = sorted(range(len(pieces)), key=lambda i: pieces[i].tokens, reverse=True)
+        batches: list[list[int]] = []
+        current: list[int] = []
+        for i in order:
+            padded = pieces[current[0]].tokens if current else pieces[i].tokens
             if current and (
                 len(current) >= self.max_batch_size
                 or padded * (len(current) + 1) > self.max_batch_tokens
             ):
                 batches.append(current)
                 current = []
-            current.append(piece)
+            current.append(i)
         if current:
             batches.append(current)
         return batches
 
-    def _forward(self, batch: list[_Piece]) -> torch.Tensor:
-        rows = [[*self._prefix, *p.ids, *self._suffix] for p in batch]
+    def _forward(self, batch: Sequence[Piece], count: bool = True) -> torch.Tensor:
+        rows = [[*self._prefix, *p.data, *self._suffix] for p in batch]
         length = max(len(r) for r in rows)
         ids = np.full((len(rows), length), self._pad_id, dtype=np.int64)
         mask = np.zeros((len(rows), length), dtype=np.int64)
@@ -246,29 +318,44 @@ class SentenceTransformerEncoder(Encoder):
         }
         if self._type_ids:
             features["token_type_ids"] = torch.zeros_like(features["input_ids"])
-        out = self._model(features)["sentence_embedding"].float()
-        if self.on_batch is not None:
+        with self._autocast():
+            out = self._model(features)["sentence_embedding"].float()
+        if count and self.on_batch is not None:
             self.on_batch(len(rows))
         return out
 
-    def encode(self, texts: Sequence[str]) -> np.ndarray:
-        if len(texts) == 0:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        pieces = [
-            _Piece(t, w) for t, ids in enumerate(self._token_ids(texts)) for w in self._windows(ids)
-        ]
-        dev = self._model.device
-        sums = torch.zeros((len(texts), self.dim), dtype=torch.float32, device=dev)
-        weights = torch.zeros(len(texts), dtype=torch.float32, device=dev)
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        # The weights are already half on CUDA; autocast keeps the ops the model adds in fp32
+        # (layer norms, softmax) numerically safe. On CPU: plain fp32.
+        if self.device.startswith("cuda"):
+            return torch.autocast("cuda", dtype=torch.float16)
+        return contextlib.nullcontext()
+
+    def embed_pieces(self, pieces: Sequence[Piece]) -> np.ndarray:
+        out = np.empty((len(pieces), self.dim), dtype=np.float32)
         with torch.inference_mode():
             for batch in self._batches(pieces):
-                vecs = self._forward(batch)
-                idx = torch.tensor([p.text for p in batch], device=dev)
-                # A text of one window keeps its vector as is (weight 1): identical to plain encode.
-                w = torch.tensor([max(1, len(p.ids)) for p in batch], dtype=vecs.dtype, device=dev)
-                sums.index_add_(0, idx, vecs * w[:, None])
-                weights.index_add_(0, idx, w)
-            out = sums / weights[:, None]
-            if not self._normalises or len(pieces) > len(texts):
-                out = torch.nn.functional.normalize(out, p=2, dim=1)
-        return out.cpu().numpy().astype(np.float32, copy=False)
+                vecs = self._forward([pieces[i] for i in batch])
+                out[batch] = vecs.cpu().numpy()
+        return out
+
+    def pool(self, pieces: Sequence[Piece], vecs: np.ndarray) -> np.ndarray:
+        if len(pieces) == 1 and not self._normalises:
+            return vecs[0] / max(float(np.linalg.norm(vecs[0])), 1e-12)
+        return super().pool(pieces, vecs)
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """Synchronous path: all pieces of all texts, token-budgeted batches, pooled per text."""
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        if len(texts) == 0:
+            return out
+        pieces = self.split(texts)
+        vecs = self.embed_pieces(pieces)
+        start = 0
+        while start < len(pieces):  # pieces come in text order
+            end = start + 1
+            while end < len(pieces) and pieces[end].text == pieces[start].text:
+                end += 1
+            out[pieces[start].text] = self.pool(pieces[start:end], vecs[start:end])
+            start = end
+        return out
