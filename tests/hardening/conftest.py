@@ -8,8 +8,12 @@ not on start-up.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
+import shutil
+import socket
+import resource
 import signal
 import subprocess
 import sys
@@ -65,8 +69,24 @@ class Served:
         return self.proc.returncode
 
 
-def start_serve(*flags: str, timeout: float = 120.0, **env: str | int | float) -> Served:
-    """Start `reweighter serve` on free loopback ports; return once /readyz says ready."""
+def _child_setup(nofile: int | None) -> None:
+    """In the child: die with the test process (no orphans after a killed run); cap files."""
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if nofile:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
+
+def start_serve(
+    *flags: str,
+    timeout: float = 120.0,
+    nofile: int | None = None,
+    ready: bool = True,
+    **env: str | int | float,
+) -> Served:
+    """Start `reweighter serve` on free loopback ports; return once /readyz says ready (or,
+    with ready=False, once /healthz answers: tests of the transport need no model).
+
+    `nofile` caps the child's open files (RLIMIT_NOFILE), as a small container would."""
     child_env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     child_env.pop("REDIS_URL", None)
     child_env.update({f"REWEIGHTER_{k.upper()}": str(v) for k, v in env.items()})
@@ -74,7 +94,13 @@ def start_serve(*flags: str, timeout: float = 120.0, **env: str | int | float) -
     cmd = [sys.executable, "-m", "reweighter", "serve", "--host", "127.0.0.1"]
     cmd += ["--http-port", "0", "--grpc-port", "0", "--log-level", "info", *flags]
     with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=child_env)
+        proc = subprocess.Popen(
+            cmd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=child_env,
+            preexec_fn=lambda: _child_setup(nofile),
+        )
     served = Served(proc, log, env={k: str(v) for k, v in env.items()})
     deadline = time.monotonic() + timeout
     try:
@@ -86,7 +112,8 @@ def start_serve(*flags: str, timeout: float = 120.0, **env: str | int | float) -
                 served.http_port, served.grpc_port = int(m[1]), int(m[2])
             if served.http_port:
                 try:
-                    if httpx.get(f"{served.url}/readyz", timeout=2).status_code == 200:
+                    probe = "/readyz" if ready else "/healthz"
+                    if httpx.get(served.url + probe, timeout=2).status_code == 200:
                         return served
                 except httpx.HTTPError:
                     pass
@@ -102,8 +129,10 @@ def serve() -> Iterator[Callable[..., Served]]:
     """A factory for `reweighter serve` children, all stopped at the end of the test."""
     started: list[Served] = []
 
-    def make(*flags: str, **env: str | int | float) -> Served:
-        started.append(start_serve(*flags, **env))
+    def make(
+        *flags: str, nofile: int | None = None, ready: bool = True, **env: str | int | float
+    ) -> Served:
+        started.append(start_serve(*flags, nofile=nofile, ready=ready, **env))
         return started[-1]
 
     yield make
@@ -112,10 +141,63 @@ def serve() -> Iterator[Callable[..., Served]]:
         s.log_path.unlink(missing_ok=True)
 
 
+class PrivateRedis:
+    """A password-protected redis-server on a free loopback port; stop() and start() again on
+    the same port simulate an outage and a recovery."""
+
+    password = "s3cret-hardening-pw"
+
+    def __init__(self) -> None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://:{self.password}@127.0.0.1:{self.port}/0"
+
+    def start(self) -> PrivateRedis:
+        exe = shutil.which("redis-server")
+        if exe is None:
+            pytest.skip("redis-server is not installed")
+        args = ["--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly"]
+        args += ["no", "--requirepass", self.password]
+        self.proc = subprocess.Popen([exe, *args], stdout=subprocess.DEVNULL)
+        import redis
+
+        client = redis.Redis.from_url(self.url, socket_timeout=0.5)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                if client.ping():
+                    return self
+            except redis.RedisError:
+                time.sleep(0.05)
+        raise RuntimeError("redis-server did not start")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+# Small enough that a max-size request encodes in seconds here (the fairness test sends one).
+KEYED_MAX_CHARS = 120_000
+
+
 @pytest.fixture(scope="package")
-def keyed() -> Iterator[Served]:
-    """One shared service with an API key, for the tests that only send requests."""
-    served = start_serve(api_key=API_KEY)
+def private_redis() -> Iterator[PrivateRedis]:
+    server = PrivateRedis().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="package")
+def keyed(private_redis: PrivateRedis) -> Iterator[Served]:
+    """One shared service with an API key and a password-protected Redis, for the tests that
+    only send requests (one start-up for most of the package: starting costs ~10-20 s here)."""
+    served = start_serve(api_key=API_KEY, max_chars=KEYED_MAX_CHARS, redis_url=private_redis.url)
     yield served
     served.stop()
     served.log_path.unlink(missing_ok=True)
