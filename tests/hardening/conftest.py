@@ -11,10 +11,10 @@ from __future__ import annotations
 import ctypes
 import os
 import re
-import shutil
-import socket
 import resource
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile

@@ -16,7 +16,9 @@ from .conftest import AUTH, Served, error_shape
 def _head(served: Served, length: int | None, auth: bool, path: str = "/v1/reweight") -> bytes:
     lines = [f"POST {path} HTTP/1.1", f"host: 127.0.0.1:{served.http_port}"]
     lines.append("content-type: application/json")
-    lines.append(f"content-length: {length}" if length is not None else "transfer-encoding: chunked")
+    lines.append(
+        f"content-length: {length}" if length is not None else "transfer-encoding: chunked"
+    )
     if auth:
         lines.append(f"authorization: {AUTH['authorization']}")
     return ("\r\n".join(lines) + "\r\n\r\n").encode()

@@ -42,7 +42,9 @@ def big_request(seed: int) -> dict:
 
 
 def small_request(seed: int) -> dict:
-    return {"groups": [{"rewards": [1, 0, 1], "completions": [words(200, seed + i) for i in range(3)]}]}
+    return {
+        "groups": [{"rewards": [1, 0, 1], "completions": [words(200, seed + i) for i in range(3)]}]
+    }
 
 
 def _metric(served: Served, name: str, **labels: str) -> float:
