@@ -6,10 +6,14 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 EXTRAS=${1:-dev,trainer}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
-stamp=".venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)-${EXTRAS//,/_}"
+stamp=".venv/.installed-$(cat pyproject.toml scripts/stacks-requirements.txt | sha256sum | cut -c1-16)-${EXTRAS//,/_}"
 if [ ! -f "$stamp" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q "torch==2.13.0"
   .venv/bin/python -m pip install -q -e ".[${EXTRAS}]"
+  case ",${EXTRAS}," in *,dev,*|*,stacks,*)  # RL stacks for tests/integrations, deps-free
+    .venv/bin/python -m pip install -q --no-deps --ignore-requires-python \
+      -r scripts/stacks-requirements.txt ;;
+  esac
   touch "$stamp"
 fi

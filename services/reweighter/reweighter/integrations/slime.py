@@ -1,0 +1,88 @@
+"""slime (THUDM/slime): diversity-aware rewards through `--custom-reward-post-process-path`.
+
+    --custom-reward-post-process-path reweighter.integrations.slime.post_process_rewards
+
+slime calls the hook as `f(args, samples) -> (raw_rewards, rewards)` with the WHOLE rollout
+batch (every `Sample` carries its `group_index`), before advantages are computed; `rewards` is
+what the advantage estimator uses. So there is nothing to assemble: one /v1/reweight call per
+batch, groups keyed by `group_index`. The service is configured from the environment
+(REWEIGHTER_URL, REWEIGHTER_API_KEY, REWEIGHTER_METHOD, REWEIGHTER_PARAMS, REWEIGHTER_TIMEOUT_S).
+
+slime's default post-processing normalises rewards per group for grpo/gspo/cispo (and
+reinforce_plus_plus_baseline) when `--rewards-normalization` is on, dividing by the std when
+`--grpo-std-normalization` is on. This hook keeps that contract but applies it to the
+reweighted rewards, computed by the service's estimator (`grpo`: (r - mean) / (std + 1e-4),
+sample std; `dr_grpo`: r - mean), so slime's advantage sees the diversity-aware signal.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ._stacks import Backend, StackSettings, backend_from, reweight_by_key
+
+_NORMALISED = ("grpo", "gspo", "cispo", "reinforce_plus_plus_baseline")
+_STD_NORMALISED = ("grpo", "gspo", "cispo")
+
+
+def advantage_kind(args: Any) -> str:
+    """The service estimator that matches slime's default post-processing for these args."""
+    estimator = getattr(args, "advantage_estimator", None)
+    if estimator not in _NORMALISED or not getattr(args, "rewards_normalization", False):
+        return "none"
+    if estimator in _STD_NORMALISED and getattr(args, "grpo_std_normalization", False):
+        return "grpo"
+    return "dr_grpo"
+
+
+def _reward_value(sample: Any, args: Any) -> float:
+    # Sample.get_reward_value(args): `reward`, or `reward[args.reward_key]` for dict rewards.
+    value = sample.get_reward_value(args)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(
+            f"sample reward must be a number (set --reward-key for dict rewards), got {value!r}"
+        )
+    return float(value)
+
+
+def _group_key(i: int, sample: Any) -> tuple[str, int]:
+    # A sample without a group is a group of one (its reward passes through unchanged).
+    return ("g", sample.group_index) if sample.group_index is not None else ("solo", i)
+
+
+def make_post_process(
+    backend: Backend, *, method: str = "dra", params: dict[str, Any] | None = None
+) -> Callable[[Any, Sequence[Any]], tuple[list[float], list[float]]]:
+    """A slime reward post-process hook bound to a backend (a client or an engine)."""
+
+    def post_process_rewards(args: Any, samples: Sequence[Any]) -> tuple[list[float], list[float]]:
+        raw = [_reward_value(s, args) for s in samples]
+        if not samples:
+            return raw, []
+        kind = advantage_kind(args)
+        out = reweight_by_key(
+            backend,
+            [_group_key(i, s) for i, s in enumerate(samples)],
+            raw,
+            [s.response for s in samples],
+            method=method,
+            params=params,
+            advantages=kind,
+        )
+        return raw, out.advantages if out.advantages is not None else out.rewards
+
+    return post_process_rewards
+
+
+@functools.cache
+def _default_hook() -> Callable[[Any, Sequence[Any]], tuple[list[float], list[float]]]:
+    cfg = StackSettings.from_env()
+    client = backend_from(cfg.url, api_key=cfg.api_key, timeout_s=cfg.timeout_s)
+    return make_post_process(client, method=cfg.method, params=dict(cfg.params))
+
+
+def post_process_rewards(args: Any, samples: Sequence[Any]) -> tuple[list[float], list[float]]:
+    """The hook slime loads by path; configured from the environment on first use."""
+    return _default_hook()(args, samples)

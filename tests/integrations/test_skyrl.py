@@ -1,0 +1,129 @@
+"""SkyRL adapter against a live service, with the real skyrl-train types.
+
+Real package, no doubles: `TrajectoryID`, `GeneratorOutput` and `RayPPOTrainer` come from
+skyrl-train 0.3.1 (installed with --no-deps --ignore-requires-python: it declares Python 3.12,
+but the modules used here import on 3.11 with the pins in scripts/stacks-requirements.txt).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from reweighter.client import ReweighterClient
+from reweighter.integrations.skyrl import ReweighterPostprocessMixin, reweight_generator_output
+from reweighter.types import Group, ReweightRequest
+
+base = pytest.importorskip("skyrl_train.generators.base")
+GeneratorOutput = base.GeneratorOutput
+TrajectoryID = base.TrajectoryID
+
+TEXTS = [
+    "so x = 4 because 2x = 8",
+    "dividing both sides by two gives four",
+    "x equals 4",
+    "guess and check: x = 3 fails, x = 4 works",
+    "x = 5",
+]
+
+
+def make_output(tokenizer: Any, prompts: int = 3, n: int = 5, seed: int = 0) -> GeneratorOutput:
+    rng = random.Random(seed)
+    entries = [(p, r) for p in range(prompts) for r in range(n)]
+    rng.shuffle(entries)  # arrival order differs from group order
+    texts = [f"problem {p}: {TEXTS[(p + r) % len(TEXTS)]}" for p, r in entries]
+    ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+    return GeneratorOutput(
+        prompt_token_ids=[[101] for _ in entries],
+        response_ids=ids,
+        rewards=[float(rng.random() < 0.5) for _ in entries],
+        loss_masks=[[1] * len(i) for i in ids],
+        stop_reasons=["stop"] * len(entries),
+        rollout_metrics={"generate/avg_len": 7.0},
+        rollout_logprobs=None,
+        trajectory_ids=[TrajectoryID(instance_id=f"uid-{p}", repetition_id=r) for p, r in entries],
+        is_last_step=None,
+    )
+
+
+def expected(http: ReweighterClient, out: GeneratorOutput, tokenizer: Any) -> list[float]:
+    keys = [t.instance_id for t in out["trajectory_ids"]]
+    order = list(dict.fromkeys(keys))
+    texts = [tokenizer.decode(i, skip_special_tokens=True) for i in out["response_ids"]]
+    res = http.reweight(ReweightRequest(groups=[
+        Group(rewards=[r for r, k in zip(out["rewards"], keys, strict=True) if k == g],
+              completions=[t for t, k in zip(texts, keys, strict=True) if k == g])
+        for g in order
+    ]))
+    got: list[float] = [0.0] * len(keys)
+    for g, gr in zip(order, res.groups, strict=True):
+        idx = [i for i, k in enumerate(keys) if k == g]
+        for i, r in zip(idx, gr.rewards, strict=True):
+            got[i] = r
+    return got
+
+
+def test_rewards_reweighted_per_instance(http: ReweighterClient, tokenizer: Any) -> None:
+    out = make_output(tokenizer)
+    decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=True)  # noqa: E731
+    new = reweight_generator_output(out, http, decode)
+    assert new["rewards"] == pytest.approx(expected(http, out, tokenizer), abs=1e-6)
+    assert new["rewards"] != pytest.approx(out["rewards"], abs=1e-6)
+    assert new["response_ids"] is out["response_ids"]  # everything else passes through
+    m = new["rollout_metrics"]
+    assert m["generate/avg_len"] == 7.0
+    assert m["reweighter/raw_reward_mean"] == pytest.approx(sum(out["rewards"]) / 15)
+    assert 0.0 < m["reweighter/mean_similarity"] <= 1.0
+
+
+def test_step_wise_only_last_steps(http: ReweighterClient, tokenizer: Any) -> None:
+    out = make_output(tokenizer, prompts=2, n=3)
+    last = [i % 3 != 0 for i in range(6)]
+    out["is_last_step"] = last
+    decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=True)  # noqa: E731
+    new = reweight_generator_output(out, http, decode)
+    for i in range(6):
+        if not last[i]:
+            assert new["rewards"][i] == out["rewards"][i]
+    picked = [i for i in range(6) if last[i]]
+    sub = {k: ([v[i] for i in picked] if isinstance(v, list) else v) for k, v in out.items()}
+    sub["is_last_step"] = None
+    want = expected(http, sub, tokenizer)
+    assert [new["rewards"][i] for i in picked] == pytest.approx(want, abs=1e-6)
+
+
+def test_bad_outputs_name_the_field(http: ReweighterClient, tokenizer: Any) -> None:
+    out = make_output(tokenizer, prompts=1, n=2)
+    with pytest.raises(ValueError, match="trajectory_ids"):
+        reweight_generator_output({**out, "trajectory_ids": None}, http, str)
+    with pytest.raises(ValueError, match="rewards: token-level"):
+        reweight_generator_output({**out, "rewards": [[0.0, 1.0], [1.0]]}, http, str)
+
+
+def test_mixin_on_the_real_trainer(service, tokenizer: Any, http) -> None:
+    """The mixin over skyrl-train's own RayPPOTrainer.postprocess_generator_output (per-token
+    rewards, pass@n metrics). The trainer is made without __init__, which starts Ray workers;
+    the method reads only cfg, tokenizer and all_metrics."""
+    from omegaconf import OmegaConf
+    from skyrl_train.trainer import RayPPOTrainer
+
+    class Trainer(ReweighterPostprocessMixin, RayPPOTrainer):
+        reweighter_url = service.http_url
+
+    trainer = object.__new__(Trainer)
+    trainer.cfg = OmegaConf.create({
+        "generator": {"n_samples_per_prompt": 5, "step_wise_trajectories": False},
+        "trainer": {"algorithm": {"zero_variance_filter": False}},
+    })
+    trainer.tokenizer = tokenizer
+    trainer.all_metrics = {}
+    out = make_output(tokenizer)
+    want = expected(http, out, tokenizer)
+    uids = [t.instance_id for t in out["trajectory_ids"]]
+    got = trainer.postprocess_generator_output(out, uids)
+    assert [row[-1] for row in got["rewards"]] == pytest.approx(want, abs=1e-6)
+    assert all(sum(row[:-1]) == 0.0 for row in got["rewards"])
+    assert len(got["rewards"][0]) == len(out["response_ids"][0])
+    assert "reward/avg_pass_at_5" in trainer.all_metrics
