@@ -127,3 +127,87 @@ def reweight_by_key(
             if adv is not None and group.advantages is not None:
                 adv[i] = group.advantages[j]
     return Reweighted(out, adv, sim, len(members))
+
+
+class MemberBackend(Protocol):
+    """Anything that takes one group member and answers once its group is whole: the async
+    clients (`submit_member`) or an in-process GroupAssembler (wrapped by InProcessMembers)."""
+
+    async def submit_member(
+        self,
+        group_id: str,
+        member_id: str,
+        group_size: int,
+        reward: float,
+        *,
+        completion: str | None = None,
+        method: str = "dra",
+        params: Mapping[str, Any] | None = None,
+        advantages: str = "none",
+        timeout_s: float | None = None,
+    ) -> Any: ...
+
+
+class InProcessMembers:
+    """`submit_member` over a GroupAssembler in this process (the OpenRLHF endpoint inside the
+    service; tests), with the clients' signature."""
+
+    def __init__(self, assembler: Any) -> None:
+        self.assembler = assembler
+
+    async def submit_member(
+        self,
+        group_id: str,
+        member_id: str,
+        group_size: int,
+        reward: float,
+        *,
+        completion: str | None = None,
+        method: str = "dra",
+        params: Mapping[str, Any] | None = None,
+        advantages: str = "none",
+        timeout_s: float | None = None,
+    ) -> Any:
+        from ..assembly import MemberSubmission
+
+        return await self.assembler.submit(
+            MemberSubmission(
+                group_id=group_id,
+                member_id=member_id,
+                group_size=group_size,
+                reward=reward,
+                completion=completion,
+                method=method,
+                params=dict(params or {}),
+                advantages=advantages,  # type: ignore[arg-type]
+                timeout_s=timeout_s,
+            )
+        )
+
+
+def member_backend_from(url: str, *, api_key: str | None = None) -> MemberBackend:
+    """An async client for "http(s)://host:port" or "grpc://host:port" that can hold many
+    waiting members at once.
+
+    Members wait for their siblings, so a connection pool smaller than the number of members in
+    flight could queue the very siblings they wait for: the HTTP pool here is unbounded (the
+    service bounds held members and answers 429 beyond), and gRPC multiplexes one channel.
+    """
+    from ..client import AsyncGrpcReweighterClient, AsyncReweighterClient
+
+    if url.startswith(("http://", "https://")):
+        import httpx
+
+        headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        http = httpx.AsyncClient(
+            base_url=url,
+            headers=headers,
+            timeout=httpx.Timeout(120.0, connect=5.0, pool=None),
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
+        )
+        return AsyncReweighterClient(url, api_key=api_key, http=http)  # type: ignore[return-value]
+    if url.startswith("grpc://"):
+        return AsyncGrpcReweighterClient(  # type: ignore[return-value]
+            url.removeprefix("grpc://"), api_key=api_key
+        )
+    raise ValueError(f"reweighter url {url!r}: expected 'http://host:port' or 'grpc://host:port'")

