@@ -17,6 +17,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from reweighter.logs import redact_url
+
 log = logging.getLogger(__name__)
 
 # What one LRU entry costs besides the vector: the key string, the dict slot, the array header.
@@ -142,7 +144,7 @@ class RedisCache(EmbeddingCache):
 
     def _ok(self) -> None:
         if self._backoff_s != self._retry_after_s:
-            log.info("redis cache at %s is reachable again", self.url)
+            log.info("redis cache at %s is reachable again", redact_url(self.url))
         self._backoff_s = self._retry_after_s
 
     def _failed(self, op: str, exc: Exception) -> None:
