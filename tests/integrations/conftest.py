@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 
 import pytest
@@ -12,6 +13,12 @@ from reweighter.engine import ReweightEngine
 from reweighter.server import BackgroundService
 
 NO_RETRY = RetryPolicy(retries=0)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def loopback(**overrides: object) -> Settings:
