@@ -22,7 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "services" / "reweighter"))
 
-from reweighter.demo import _free_port, _wait_ready, serve_command  # noqa: E402
+from reweighter.demo import _wait_ready, serve_command  # noqa: E402
+from reweighter.service import free_port  # noqa: E402
 
 CONFIG = ROOT / "trainer" / "configs" / "smoke-cpu.yaml"
 
@@ -56,7 +57,7 @@ def main() -> int:
     ap.add_argument("--method", default="dra")
     args = ap.parse_args()
 
-    http_port, grpc_port = _free_port(), _free_port()
+    http_port, grpc_port = free_port(), free_port()
     server = subprocess.Popen(
         serve_command(http_port, grpc_port),
         env=_env(),

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
+
+from reweighter.service import free_port  # the one helper (demo and benchmarks use it too)
 
 # Nothing may load weights or data from a hub at run time.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -20,12 +21,6 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # The suite runs the eager encoder: a background torch.compile per test service would burn
 # the shared CPU for a minute each (tests that want it ask for compile="on"/"auto").
 os.environ.setdefault("REWEIGHTER_COMPILE", "off")
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _redis_ping(url: str) -> bool:

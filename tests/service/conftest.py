@@ -6,7 +6,6 @@ their own with the settings they need (API key, small limits) and stop them at m
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 
 import pytest
@@ -14,15 +13,9 @@ import pytest
 from reweighter.client import GrpcReweighterClient, RetryPolicy, ReweighterClient
 from reweighter.config import Settings
 from reweighter.engine import ReweightEngine
-from reweighter.server import BackgroundService
+from reweighter.service import BackgroundService
 
 NO_RETRY = RetryPolicy(retries=0)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def loopback(**overrides: object) -> Settings:

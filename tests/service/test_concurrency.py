@@ -15,7 +15,7 @@ from reweighter.client import (
     ReweighterClient,
 )
 from reweighter.engine import ReweightEngine
-from reweighter.server import BackgroundService
+from reweighter.service import BackgroundService
 from reweighter.types import Group, ReweightRequest, ReweightResult
 
 TOPICS = ["cats", "prime numbers", "rivers", "the moon", "chess", "bread", "volcanoes", "jazz"]

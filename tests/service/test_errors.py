@@ -15,13 +15,14 @@ import httpx
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from reweighter.api import convert
 from reweighter.api._proto.reweighter.v1 import reweighter_pb2 as pb
 from reweighter.api._proto.reweighter.v1 import reweighter_pb2_grpc as pb_grpc
+from reweighter.api.grpc import convert
+from reweighter.api.http.schemas import ReweightIn
 from reweighter.client import GrpcReweighterClient, RetryPolicy, ReweighterClient
 from reweighter.engine import ReweightEngine
 from reweighter.errors import InvalidInput, LimitExceeded, Unauthenticated
-from reweighter.server import BackgroundService
+from reweighter.service import BackgroundService
 from reweighter.types import Group, ReweightRequest
 
 from .conftest import NO_RETRY, loopback
@@ -69,7 +70,7 @@ def _request(group: Group | None, extra: dict) -> ReweightRequest:
 def _http_json(request: ReweightRequest) -> bytes:
     import json
 
-    return json.dumps(convert.request_to_http(request), allow_nan=True).encode()
+    return json.dumps(ReweightIn.wire(request), allow_nan=True).encode()
 
 
 def _post(url: str, content: bytes, **headers: str) -> httpx.Response:

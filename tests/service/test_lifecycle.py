@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 import httpx
 import pytest
+from conftest import free_port
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from reweighter.client import GrpcReweighterClient, RetryPolicy, ReweighterClient
@@ -24,7 +25,7 @@ from reweighter.errors import NotReady
 from reweighter.server import BackgroundService, configure_parser, settings_from_args
 from reweighter.types import Group, ReweightRequest
 
-from .conftest import NO_RETRY, free_port, loopback
+from .conftest import NO_RETRY, loopback
 
 TEXTS = ["a first answer", "a second answer"]
 VECTORS = Group([1.0, 0.0], embeddings=[[1.0, 0.0], [0.0, 1.0]])

@@ -12,7 +12,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from reweighter.server import BackgroundService
+from reweighter.service import BackgroundService
 
 ROOT = Path(__file__).resolve().parents[2]
 PROTO = ROOT / "proto" / "reweighter" / "v1" / "reweighter.proto"

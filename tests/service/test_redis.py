@@ -9,7 +9,7 @@ import pytest
 
 from reweighter.client import GrpcReweighterClient, ReweighterClient
 from reweighter.engine import ReweightEngine
-from reweighter.server import BackgroundService
+from reweighter.service import BackgroundService
 from reweighter.types import Group, ReweightRequest
 
 from .conftest import loopback

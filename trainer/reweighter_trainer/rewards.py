@@ -11,15 +11,12 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from reweighter.integrations.trl import completion_text
+
+__all__ = ["accuracy_reward", "completion_text", "extract_answer", "format_reward"]
+
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _FULL_FORMAT = re.compile(r"^\s*<think>.*?</think>\s*<answer>.*?</answer>\s*$", re.DOTALL)
-
-
-def completion_text(completion: Any) -> str:
-    """Plain text of a TRL completion: a string, or a list of chat messages (conversational)."""
-    if isinstance(completion, str):
-        return completion
-    return "".join(str(m.get("content", "")) for m in completion)
 
 
 def extract_answer(text: str) -> str | None:

@@ -7,34 +7,43 @@ import sys
 from collections.abc import Sequence
 
 from . import __version__
+from .config import add_settings_flags, settings_from_args
+from .types import AdvantageKind, Method
 
-
-def _add_model_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", help="sentence-transformers name or path (default: bundled MiniLM)")
-    p.add_argument("--device", help="auto | cpu | cuda | cuda:N (default auto)")
-    p.add_argument("--long-text", choices=["head", "tail", "chunk_mean"], help="default chunk_mean")
-    p.add_argument("--redis-url", help="cache embeddings in this Redis (default: in-process LRU)")
+# The Settings fields the offline and demo commands take (serve takes them all).
+_MODEL_FIELDS = ("model", "device", "long_text", "max_seq_length", "compile", "redis_url")
 
 
 def _add_method_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--method", default="dra", help="dra | mmr | none (default dra)")
+    p.add_argument(
+        "--method",
+        default=Method.DRA.value,
+        choices=[m.value for m in Method],
+        help="reweighting method (default %(default)s)",
+    )
     p.add_argument(
         "--similarity-floor",
         default="0.0",
-        help="DRA: floor for off-diagonal similarities; 'none' = the authors' code (default 0.0)",
+        help="DRA: floor for off-diagonal similarities; 'none' = the authors' code "
+        "(default %(default)s)",
     )
     p.add_argument(
         "--lambda", dest="lam", default="adaptive", help="MMR: a number in [0, 1] or 'adaptive'"
     )
-    p.add_argument("--advantages", default="none", help="grpo | dr_grpo | none (default none)")
+    p.add_argument(
+        "--advantages",
+        default=AdvantageKind.NONE.value,
+        choices=[k.value for k in AdvantageKind],
+        help="advantages computed after reweighting (default %(default)s)",
+    )
 
 
 def method_params(args: argparse.Namespace) -> dict:
     """Only the chosen method's parameters: the engine rejects another method's."""
-    if args.method == "dra":
+    if args.method == Method.DRA:
         floor = args.similarity_floor
         return {"similarity_floor": None if str(floor).lower() == "none" else float(floor)}
-    if args.method == "mmr":
+    if args.method == Method.MMR:
         lam = args.lam
         return {"lambda": lam if lam == "adaptive" else float(lam)}
     return {}
@@ -61,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     rw.add_argument("input", help="JSONL: {id?, completions | embeddings, rewards} per line")
     rw.add_argument("output", help="JSONL out: each input record plus reweighted_rewards, stats")
     _add_method_flags(rw)
-    _add_model_flags(rw)
+    add_settings_flags(rw, _MODEL_FIELDS)
     rw.add_argument("--batch-groups", type=int, default=64, help="groups per engine call")
     rw.set_defaults(func=_run_reweight)
 
@@ -70,25 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="start the service on the embedded default and reweight a collapsing group",
     )
     demo.add_argument("--transport", choices=["http", "grpc", "both"], default="both")
-    _add_model_flags(demo)
+    add_settings_flags(demo, _MODEL_FIELDS)
     demo.set_defaults(func=_run_demo)
     return parser
-
-
-def _settings_from(args: argparse.Namespace):
-    from .config import Settings
-
-    overrides = {
-        k: v
-        for k, v in {
-            "model": args.model,
-            "device": args.device,
-            "long_text": args.long_text,
-            "redis_url": args.redis_url,
-        }.items()
-        if v is not None
-    }
-    return Settings(**overrides)
 
 
 def _run_reweight(args: argparse.Namespace) -> int:
@@ -97,7 +90,7 @@ def _run_reweight(args: argparse.Namespace) -> int:
     return reweight_file(
         args.input,
         args.output,
-        settings=_settings_from(args),
+        settings=settings_from_args(args),
         method=args.method,
         params=method_params(args),
         advantages=args.advantages,
@@ -108,7 +101,7 @@ def _run_reweight(args: argparse.Namespace) -> int:
 def _run_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
-    return run_demo(transport=args.transport, settings=_settings_from(args))
+    return run_demo(transport=args.transport, settings=settings_from_args(args))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

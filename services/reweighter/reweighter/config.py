@@ -6,12 +6,19 @@ Kubernetes secrets conventionally use.
 
 from __future__ import annotations
 
-from typing import Literal
+import argparse
+import enum
+import types
+import typing
+from collections.abc import Iterable
+from typing import Any, Literal
 
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-LongTextPolicy = Literal["head", "tail", "chunk_mean"]
+from .types import LongTextPolicy
+
+__all__ = ["LongTextPolicy", "Settings"]
 
 
 class Settings(BaseSettings):
@@ -26,7 +33,8 @@ class Settings(BaseSettings):
     )
     device: str = Field("auto", description="'auto' (CUDA when present, else CPU), 'cpu', 'cuda:0'")
     long_text: LongTextPolicy = Field(
-        "chunk_mean", description="how texts longer than the encoder window are embedded"
+        LongTextPolicy.CHUNK_MEAN,
+        description="how texts longer than the encoder window are embedded",
     )
     max_seq_length: int | None = Field(None, description="override the encoder window (tokens)")
     compile: Literal["auto", "on", "off"] = Field(
@@ -38,14 +46,14 @@ class Settings(BaseSettings):
     max_batch_tokens: int | None = Field(
         None,
         description="token budget of one encoder batch (padded length x texts); "
-        "None = per device: 2048 on CPU, 16384 on GPU",
+        "unset = a per-device default (docs/embedding.md)",
     )
     max_batch_size: int = Field(64, description="at most this many sequences in one batch")
     max_queue: int = Field(1024, description="requests waiting or running before 429")
     slice_tokens: int | None = Field(
         None,
         description="tokens one request gets per scheduling round (fairness: a huge request "
-        "is served in slices between others); None = per device: 1024 CPU, 32768 GPU",
+        "is served in slices between others); unset = a per-device default (docs/embedding.md)",
     )
 
     @field_validator("compile", mode="before")
@@ -81,10 +89,65 @@ class Settings(BaseSettings):
     )
     assembly_prefix: str = Field("reweighter:asm:", description="Redis key prefix of assembly")
     # transport
-    host: str = "127.0.0.1"
-    http_port: int = 8080
-    grpc_port: int = 50051
+    host: str = Field("127.0.0.1", description="address both transports bind")
+    http_port: int = Field(8080, description="HTTP port; 0 picks a free one")
+    grpc_port: int = Field(50051, description="gRPC port; 0 picks a free one")
     api_key: str | None = Field(
         None, validation_alias=AliasChoices("REWEIGHTER_API_KEY", "api_key")
     )
-    log_level: str = "info"
+    log_level: str = Field("info", description="debug | info | warning | error")
+
+
+# -- command-line flags, generated from the fields above -------------------------------------
+
+_ENV_NAMES = {"redis_url": "REDIS_URL"}
+
+
+def add_settings_flags(
+    parser: argparse.ArgumentParser, fields: Iterable[str] | None = None
+) -> argparse.ArgumentParser:
+    """One flag per Settings field (--http-port, --long-text, ...), typed from its annotation:
+    enums and Literals become choices, `--compile` takes an optional value (alone: on) and has
+    `--no-compile`. Unset flags fall back to the environment (REWEIGHTER_*), then the default."""
+    for name in fields or Settings.model_fields:
+        field = Settings.model_fields[name]
+        kind, choices = _flag_type(field.annotation)
+        env = _ENV_NAMES.get(name, f"REWEIGHTER_{name.upper()}")
+        default = "unset" if field.default is None else _show(field.default)
+        flag = f"--{name.replace('_', '-')}"
+        text = f"{field.description or name.replace('_', ' ')} (env {env}; default {default})"
+        if name == "compile":
+            parser.add_argument(flag, dest=name, nargs="?", const="on", choices=choices,
+                                default=None, help=text)  # fmt: skip
+            parser.add_argument("--no-compile", dest=name, action="store_const", const="off",
+                                help="same as --compile off")  # fmt: skip
+            continue
+        parser.add_argument(flag, dest=name, type=kind, choices=choices, default=None, help=text)
+    return parser
+
+
+def settings_from_args(args: argparse.Namespace, **extra: Any) -> Settings:
+    """Settings from parsed flags: only the flags given override the environment."""
+    overrides = {
+        name: getattr(args, name)
+        for name in Settings.model_fields
+        if getattr(args, name, None) is not None
+    }
+    return Settings(**{**overrides, **extra})
+
+
+def _show(value: object) -> str:
+    return value.value if isinstance(value, enum.Enum) else str(value)
+
+
+def _flag_type(annotation: Any) -> tuple[type, list[str] | None]:
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return str, [m.value for m in annotation]
+    if typing.get_origin(annotation) is typing.Literal:
+        return str, list(typing.get_args(annotation))
+    if annotation in (int, str, float):
+        return annotation, None
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 1:
+        return _flag_type(args[0])
+    return str, None

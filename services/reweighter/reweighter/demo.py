@@ -7,7 +7,6 @@ for /readyz, sends one group over HTTP and gRPC, and prints GRPO vs DRA vs MMR a
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ import time
 import httpx
 
 from .config import Settings
+from .service import free_port
 from .types import Group, ReweightRequest, ReweightResult
 
 PROMPT = "What is 17 * 24?"
@@ -33,12 +33,6 @@ COMPLETIONS = [
 ]
 LABELS = [f"copy {i + 1}" for i in range(len(_COPIES))] + ["wrong", "distinct correct"]
 REWARDS = [1.0] * len(_COPIES) + [0.0, 1.0]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def serve_command(http_port: int, grpc_port: int) -> list[str]:
@@ -98,16 +92,14 @@ def format_table(results: dict[str, ReweightResult]) -> str:
 
 def run_demo(transport: str = "both", settings: Settings | None = None) -> int:
     settings = settings or Settings()
-    http_port, grpc_port = _free_port(), _free_port()
+    http_port, grpc_port = free_port(), free_port()
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    for key, value in {
-        "REWEIGHTER_MODEL": settings.model,
-        "REWEIGHTER_DEVICE": settings.device,
-        "REWEIGHTER_LONG_TEXT": settings.long_text,
-        "REDIS_URL": settings.redis_url,
-    }.items():
+    for name in ("model", "device", "long_text", "max_seq_length", "compile"):
+        value = getattr(settings, name)
         if value is not None:
-            env[key] = str(value)
+            env[f"REWEIGHTER_{name.upper()}"] = str(value)
+    if settings.redis_url is not None:
+        env["REDIS_URL"] = settings.redis_url
     cmd = serve_command(http_port, grpc_port)
     print(
         f"starting: reweighter serve --http-port {http_port} --grpc-port {grpc_port}",

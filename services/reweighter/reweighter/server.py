@@ -1,77 +1,36 @@
 """`reweighter serve`: HTTP (uvicorn) and gRPC (grpc.aio) in one process on one event loop.
 
-Both transports share one engine, so one dynamic batcher merges HTTP and gRPC traffic. The
-ports open at once and the model loads in the background: /healthz answers immediately, /readyz
-and gRPC health say SERVING only once the model is loaded. SIGTERM/SIGINT stop accepting new
-work and let in-flight requests finish (up to --shutdown-grace seconds).
+The flags are generated from Settings (config.add_settings_flags); the lifecycle is
+reweighter.service. SIGTERM/SIGINT stop accepting new work and let in-flight requests finish
+(up to --shutdown-grace seconds); a second signal forces the exit.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import logging
 import signal
-import socket
 import sys
-import threading
-import types
-import typing
-from collections.abc import Iterator, Sequence
-from typing import Any
 
-import uvicorn
-
-from .config import Settings
+from .config import Settings, add_settings_flags, settings_from_args
+from .service import BackgroundService, Service
 
 log = logging.getLogger("reweighter.server")
 
-# -- command line --------------------------------------------------------------------------
+DEFAULT_GRACE_S = 30.0
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """One flag per Settings field (--http-port, --max-chars, ...); unset flags fall back to
-    the environment (REWEIGHTER_*), then to the defaults."""
-    for name, field in Settings.model_fields.items():
-        kind, choices = _flag_type(field.annotation)
-        env = {"redis_url": "REDIS_URL"}.get(name, f"REWEIGHTER_{name.upper()}")
-        default = "unset" if field.default is None else field.default
-        parser.add_argument(
-            f"--{name.replace('_', '-')}",
-            dest=name,
-            type=kind,
-            choices=choices,
-            default=None,
-            help=f"{field.description or name.replace('_', ' ')} (env {env}; default {default})",
-        )
+    """One flag per Settings field (--http-port, --max-chars, ...) plus --shutdown-grace."""
+    add_settings_flags(parser)
     parser.add_argument(
         "--shutdown-grace",
         type=float,
-        default=30.0,
-        help="seconds in-flight requests get to finish after SIGTERM (default 30)",
+        default=DEFAULT_GRACE_S,
+        help="seconds in-flight requests get to finish after SIGTERM (default %(default)s)",
     )
     return parser
-
-
-def settings_from_args(args: argparse.Namespace) -> Settings:
-    overrides = {
-        name: getattr(args, name)
-        for name in Settings.model_fields
-        if getattr(args, name, None) is not None
-    }
-    return Settings(**overrides)
-
-
-def _flag_type(annotation: Any) -> tuple[type, list[str] | None]:
-    args = [a for a in typing.get_args(annotation) if a is not type(None)]
-    if typing.get_origin(annotation) is typing.Literal:
-        return str, list(typing.get_args(annotation))
-    if annotation in (int, str, float):
-        return annotation, None
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 1:
-        return _flag_type(args[0])
-    return str, None
 
 
 def main(args: argparse.Namespace) -> int:
@@ -103,212 +62,9 @@ async def _serve_until_signal(settings: Settings, grace: float) -> int:
         await service.stop(grace)
 
 
-# -- the service ---------------------------------------------------------------------------
-
-
-class _Uvicorn(uvicorn.Server):
-    """uvicorn without its own signal handling: the Service owns shutdown for both transports."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-
-class Service:
-    """Both transports over one engine, on the running event loop.
-
-    Pass an `engine` that is already loaded (tests, benchmarks) to share one model between
-    instances; otherwise the service builds one from `settings` and loads it in the background.
-    Ports 0 pick free ports; `http_port` / `grpc_port` tell which.
-    """
-
-    def __init__(
-        self, settings: Settings, engine: Any | None = None, *, log_config: Any = "uvicorn"
-    ) -> None:
-        from .engine import ReweightEngine
-
-        self.settings = settings
-        self._owns_engine = engine is None
-        self.engine = engine or ReweightEngine(settings)
-        self._log_config = uvicorn.config.LOGGING_CONFIG if log_config == "uvicorn" else log_config
-        self._stop = asyncio.Event()
-        self._exit_code = 0
-        self._tasks: list[asyncio.Task] = []
-        self.http_port = 0
-        self.grpc_port = 0
-
-    async def start(self) -> None:
-        from .api.grpc_server import create_grpc_server
-        from .api.http import create_app
-        from .api.metrics import Metrics
-
-        s = self.settings
-        self.metrics = Metrics(self.engine)
-        self.app = create_app(self.engine, s, metrics=self.metrics)
-        self.grpc = create_grpc_server(self.engine, s, metrics=self.metrics)
-        self.grpc_port = self.grpc.port
-        sock = _bind(s.host, s.http_port)
-        self.http_port = sock.getsockname()[1]
-        config = uvicorn.Config(
-            self.app,
-            lifespan="off",
-            log_level=s.log_level.lower(),
-            log_config=self._log_config,
-            access_log=s.log_level.lower() == "debug",
-            timeout_graceful_shutdown=None,
-        )
-        self.http = _Uvicorn(config)
-        await self.grpc.start()
-        self._tasks.append(asyncio.create_task(self.http.serve(sockets=[sock])))
-        while not self.http.started:
-            if self._tasks[0].done():
-                self._tasks[0].result()
-                raise RuntimeError("the HTTP server stopped while starting")
-            await asyncio.sleep(0.01)
-        log.info(
-            "serving HTTP on %s:%d and gRPC on %s:%d",
-            s.host,
-            self.http_port,
-            s.host,
-            self.grpc_port,
-        )
-        if not self.engine.ready:
-            self._tasks.append(asyncio.create_task(self._load()))
-
-    async def _load(self) -> None:
-        try:
-            await asyncio.to_thread(self.engine.load)
-        except Exception:
-            log.exception("loading the embedding model failed; shutting down")
-            self._exit_code = 1
-            self._stop.set()
-            return
-        await self.grpc.mark_serving()
-        log.info(
-            "model loaded: %s on %s", self.engine.embedder.model_id, self.engine.embedder.device
-        )
-
-    def request_stop(self) -> None:
-        self._stop.set()
-
-    def force_stop(self) -> None:
-        self.http.force_exit = True
-        self._stop.set()
-
-    async def wait(self) -> int:
-        """Until a stop is requested (or the model fails to load); returns the exit code."""
-        await self._stop.wait()
-        return self._exit_code
-
-    async def stop(self, grace: float = 30.0) -> None:
-        """Stop accepting, let in-flight requests finish (up to `grace` s), release the engine."""
-        self._stop.set()
-        self.http.config.timeout_graceful_shutdown = max(1, int(grace))
-        self.http.should_exit = True
-        await asyncio.gather(self.grpc.stop(grace), self._tasks[0], return_exceptions=True)
-        for task in self._tasks[1:]:
-            if not task.done():
-                task.cancel()
-        if self._owns_engine:
-            await self.engine.aclose()
-
-
-def _bind(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host.strip("[]"), port))
-    except OSError:
-        sock.close()
-        raise
-    sock.set_inheritable(True)
-    return sock
-
-
-class BackgroundService:
-    """A Service on its own event loop in a daemon thread: for tests, benchmarks and notebooks.
-
-    with BackgroundService(Settings(http_port=0, grpc_port=0), engine) as svc:
-        ReweighterClient(svc.http_url).reweight(...)
-    """
-
-    def __init__(self, settings: Settings, engine: Any | None = None) -> None:
-        self.settings = settings
-        self._engine = engine
-        self._started = threading.Event()
-        self._error: BaseException | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._grace = 5.0
-        self.service: Service | None = None
-
-    @property
-    def engine(self) -> Any:
-        assert self.service is not None
-        return self.service.engine
-
-    @property
-    def http_url(self) -> str:
-        assert self.service is not None
-        return f"http://{_url_host(self.settings.host)}:{self.service.http_port}"
-
-    @property
-    def grpc_target(self) -> str:
-        assert self.service is not None
-        return f"{_url_host(self.settings.host)}:{self.service.grpc_port}"
-
-    def start(self, timeout: float = 60.0) -> BackgroundService:
-        self._thread = threading.Thread(target=self._run, name="reweighter-service", daemon=True)
-        self._thread.start()
-        if not self._started.wait(timeout):
-            raise TimeoutError("the service did not start")
-        if self._error is not None:
-            raise self._error
-        return self
-
-    def _run(self) -> None:
-        asyncio.run(self._main())
-
-    async def _main(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        try:
-            self.service = Service(self.settings, self._engine, log_config=None)
-            await self.service.start()
-        except BaseException as e:
-            self._error = e
-            self._started.set()
-            return
-        self._started.set()
-        await self.service.wait()
-        await self.service.stop(self._grace)
-
-    def stop(self, grace: float = 5.0) -> None:
-        """Drain and stop (in-flight requests finish), then join the thread."""
-        if self._loop is None or self.service is None or self._thread is None:
-            return
-        self._grace = grace
-        self._loop.call_soon_threadsafe(self.service.request_stop)
-        self._thread.join(timeout=grace + 60)
-
-    def __enter__(self) -> BackgroundService:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
-def _url_host(host: str) -> str:
-    if host in ("0.0.0.0", ""):
-        return "127.0.0.1"
-    if host == "::":
-        return "[::1]"
-    return f"[{host}]" if ":" in host and not host.startswith("[") else host
-
-
 if __name__ == "__main__":  # python -m reweighter.server [flags]
     _parser = configure_parser(argparse.ArgumentParser(prog="reweighter serve"))
     sys.exit(main(_parser.parse_args(sys.argv[1:])))
 
 
-__all__: Sequence[str] = ["BackgroundService", "Service", "configure_parser", "main"]
+__all__ = ["BackgroundService", "Service", "configure_parser", "main", "settings_from_args"]

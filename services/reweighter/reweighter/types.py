@@ -1,12 +1,55 @@
-"""The engine's request and result types: every transport converts to and from these."""
+"""The engine's vocabulary: request and result types every transport converts to and from, and
+the three closed sets of names (method, advantage kind, long-text policy), defined here once.
+
+The names are `StrEnum`s: they compare equal to their plain strings ("dra" == Method.DRA), so
+callers may pass either, pydantic and the OpenAPI schema list their values, and the engine turns
+a string into a member exactly once (`parse_name`), naming the field when it is not one.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from enum import StrEnum
+from typing import Any, TypedDict, TypeVar
 
-AdvantageKind = Literal["grpo", "dr_grpo", "none"]
+from .errors import InvalidInput
+
+
+class Method(StrEnum):
+    """Reweighting methods (see reweighter.methods.registry for each one's formula)."""
+
+    DRA = "dra"
+    MMR = "mmr"
+    NONE = "none"
+
+
+class AdvantageKind(StrEnum):
+    """Group-relative advantage estimators computed after reweighting (methods/advantages.py)."""
+
+    GRPO = "grpo"
+    DR_GRPO = "dr_grpo"
+    NONE = "none"
+
+
+class LongTextPolicy(StrEnum):
+    """How texts longer than the encoder window are embedded (docs/embedding.md)."""
+
+    HEAD = "head"
+    TAIL = "tail"
+    CHUNK_MEAN = "chunk_mean"
+
+
+E = TypeVar("E", bound=StrEnum)
+
+
+def parse_name(kind: type[E], value: object, field: str, what: str) -> E:
+    """`value` as a member of `kind`, or InvalidInput naming `field` and the known names."""
+    try:
+        return kind(value)
+    except ValueError:
+        known = ", ".join(m.value for m in kind)
+        raise InvalidInput(f"unknown {what} {value!r}; known: {known}", field=field) from None
 
 
 @dataclass(frozen=True)
@@ -22,9 +65,10 @@ class Group:
 @dataclass(frozen=True)
 class ReweightRequest:
     groups: Sequence[Group]
-    method: str = "dra"
+    method: Method | str = Method.DRA
+    """A Method or its name; the engine rejects unknown names (field "method")."""
     params: Mapping[str, Any] = field(default_factory=dict)
-    advantages: AdvantageKind = "none"
+    advantages: AdvantageKind | str = AdvantageKind.NONE
 
 
 @dataclass(frozen=True)
@@ -56,3 +100,23 @@ class EmbedResult:
     model: str
     dim: int
     embeddings: Any  # numpy float32 [N, D]
+
+
+class MethodInfo(TypedDict):
+    description: str
+    params: dict[str, Any]
+    """The parameters' JSON schema."""
+
+
+class EngineInfo(TypedDict):
+    """What `info()` reports on every transport (GET /v1/info, the Info RPC)."""
+
+    version: str
+    model: str | None
+    dim: int | None
+    device: str | None
+    ready: bool
+    long_text: str
+    methods: dict[str, MethodInfo]
+    advantages: list[str]
+    limits: dict[str, int]

@@ -17,6 +17,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ..errors import ReweighterError
+from .protocol import EngineProtocol
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 _SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384)
@@ -34,7 +35,7 @@ _STAT_COUNTERS = {
 class _EngineCollector(Collector):
     """Reads the engine's embedder counters at scrape time."""
 
-    def __init__(self, engine: Any) -> None:
+    def __init__(self, engine: EngineProtocol) -> None:
         self.engine = engine
 
     def collect(self) -> Iterator[Any]:
@@ -50,7 +51,7 @@ class _EngineCollector(Collector):
 
 
 class Metrics:
-    def __init__(self, engine: Any) -> None:
+    def __init__(self, engine: EngineProtocol) -> None:
         self.engine = engine
         self.registry = CollectorRegistry()
         labels = ["transport", "endpoint", "method"]

@@ -1,12 +1,14 @@
-"""Python clients for `reweighter serve`: HTTP (sync, async) and gRPC (sync, async).
+"""Python clients for `reweighter serve`: one async client per transport (HTTP: httpx, gRPC:
+grpc.aio) and a thin sync wrapper of each.
 
 All four share one surface: `reweight(ReweightRequest) -> ReweightResult`,
-`embed(texts) -> EmbedResult`, `info() -> dict`, `close()`, and context managers.
+`embed(texts) -> EmbedResult`, `info() -> EngineInfo`, `close()`, and context managers.
 """
 
-from ._retry import ConnectionFailed, RetryPolicy
+from ..errors import ConnectionFailed
 from .grpc import AsyncGrpcReweighterClient, GrpcReweighterClient
 from .http import AsyncReweighterClient, ReweighterClient
+from .retry import RetryPolicy
 
 __all__ = [
     "AsyncGrpcReweighterClient",

@@ -78,11 +78,12 @@ def connect(
     )
 
 
-def _text(x: Any) -> str:
-    """TRL items are strings (standard format) or lists of chat messages (conversational)."""
-    if isinstance(x, str):
-        return x
-    return "".join(str(m.get("content", "")) for m in x)
+def completion_text(completion: Any) -> str:
+    """Plain text of a TRL completion: a string (standard format), or a list of chat messages
+    (conversational), whose contents are joined. The trainer's reward functions use it too."""
+    if isinstance(completion, str):
+        return completion
+    return "".join(str(m.get("content", "")) for m in completion)
 
 
 def _key(prompt: Any) -> str:
@@ -164,7 +165,7 @@ class ReweightedReward:
         t0 = time.perf_counter()
         base = self._base_rewards(prompts, completions, kwargs)
         t1 = time.perf_counter()
-        local = _Batch(list(prompts), [_text(c) for c in completions], base, self._step)
+        local = _Batch(list(prompts), [completion_text(c) for c in completions], base, self._step)
         out, stats = self._reweight_global(local)
         t2 = time.perf_counter()
         self._step += 1

@@ -4,7 +4,7 @@ No I/O, no globals, no model loading: rewards [G] or [B, G], embeddings [G, D] o
 similarities [B, G, G]), an optional boolean mask [B, G] for ragged groups, any device.
 """
 
-from reweighter.methods.advantages import ADVANTAGE_KINDS, AdvantageKind, advantages
+from reweighter.methods.advantages import ADVANTAGE_KINDS, advantages, batched_advantages
 from reweighter.methods.dra import dra, dra_from_similarity
 from reweighter.methods.mmr import mmr, mmr_from_similarity
 from reweighter.methods.registry import (
@@ -15,17 +15,27 @@ from reweighter.methods.registry import (
     NoneParams,
     get_method,
 )
-from reweighter.methods.similarity import cosine_similarity, mean_pairwise_similarity
+from reweighter.methods.similarity import (
+    batched_cosine,
+    batched_mean_similarity,
+    cosine_similarity,
+    mean_pairwise_similarity,
+)
+from reweighter.types import AdvantageKind, Method
 
 __all__ = [
     "ADVANTAGE_KINDS",
     "METHODS",
     "AdvantageKind",
+    "Method",
     "DraParams",
     "MethodSpec",
     "MmrParams",
     "NoneParams",
     "advantages",
+    "batched_advantages",
+    "batched_cosine",
+    "batched_mean_similarity",
     "cosine_similarity",
     "dra",
     "dra_from_similarity",

@@ -1,8 +1,11 @@
-"""Input checks shared by the methods: one place decides what a valid batch of groups is.
+"""Tensor checks of the public kernel functions, and the trusted path the engine takes.
 
-Every method accepts one group ([G] rewards) or a batch ([B, G]) plus an optional boolean mask for
-ragged groups. These helpers bring all of that to the batched form, and reject bad input with an
-`InvalidInput` (a `ValueError`) naming the argument, so no method ever returns a wrong number.
+Every public method function accepts one group ([G] rewards) or a batch ([B, G]) plus an
+optional boolean mask for ragged groups. `batch` brings all of that to the batched form and
+rejects bad input with an `InvalidInput` (a `ValueError`) naming the argument, so a direct
+Python caller never gets a wrong number. The engine has already checked its requests (once, in
+reweighter.engine.checks), so the registry builds its batches with `trusted`, which checks
+nothing.
 """
 
 from __future__ import annotations
@@ -159,14 +162,26 @@ def where(bad: torch.Tensor, squeeze: bool) -> str:
     return _position(bad, squeeze)
 
 
-def check_lambda(lam: object) -> float | None:
-    """None for "adaptive", else the float λ, which must lie in [0, 1]."""
-    if isinstance(lam, str):
-        if lam == "adaptive":
-            return None
-        raise InvalidInput(f'must be a number in [0, 1] or "adaptive", got {lam!r}', field="lam")
-    if isinstance(lam, bool) or not isinstance(lam, int | float):
-        raise InvalidInput(f'must be a number in [0, 1] or "adaptive", got {lam!r}', field="lam")
-    if not 0.0 <= float(lam) <= 1.0:  # also rejects NaN
-        raise InvalidInput(f"must lie in [0, 1], got {lam!r}", field="lam")
-    return float(lam)
+def trusted(rewards: torch.Tensor, mask: torch.Tensor | None) -> Batch:
+    """[B, G] rewards the engine has already checked (finite, no empty group): no checks.
+
+    Masked rewards are zeroed, as `batch` does, so padding never reaches a sum.
+    """
+    r = rewards if rewards.is_floating_point() else rewards.to(torch.float32)
+    if r.dtype in (torch.float16, torch.bfloat16):
+        r = r.to(torch.float32)
+    m = None if mask is None or bool(mask.all()) else mask.to(r.device)
+    if m is not None:
+        r = r.masked_fill(~m, 0.0)
+    return Batch(r, m, False)
+
+
+def prepare(
+    x: object, rewards: object, mask: object, name: str, trailing: int
+) -> tuple[Batch, torch.Tensor]:
+    """A public kernel's checked input: rewards (+ mask) as a Batch on `x`'s device and `x`
+    (embeddings, trailing=0; similarities, trailing=1) as [B, ...] in the compute dtype."""
+    t = as_tensor(x, name)
+    b = batch(rewards, mask, device=t.device)
+    t = check_pairs(t, b, name, trailing)
+    return b, t.to(compute_dtype(t, b.rewards))

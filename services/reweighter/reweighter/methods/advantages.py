@@ -12,33 +12,34 @@ no relative signal.
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
 
-from reweighter.errors import InvalidInput
 from reweighter.methods import _checks
+from reweighter.types import AdvantageKind, parse_name
 
-AdvantageKind = Literal["grpo", "dr_grpo", "none"]
-ADVANTAGE_KINDS: tuple[str, ...] = ("grpo", "dr_grpo", "none")
+ADVANTAGE_KINDS: tuple[str, ...] = tuple(k.value for k in AdvantageKind)
 STD_EPS = 1e-4
 
 
 def advantages(
-    rewards: torch.Tensor, kind: str, *, mask: torch.Tensor | None = None
+    rewards: torch.Tensor, kind: AdvantageKind | str, *, mask: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """Advantages per item, shaped like `rewards` ([G] or [B, G]); masked items get 0."""
-    if kind not in ADVANTAGE_KINDS:
-        raise InvalidInput(
-            f"unknown advantage kind {kind!r}; known: {', '.join(ADVANTAGE_KINDS)}", field="kind"
-        )
-    b = _checks.batch(rewards, mask)
+    """Advantages per item, shaped like `rewards` ([G] or [B, G]); masked items get 0.
+
+    Checks its input (a public function); the engine calls `batched_advantages` instead.
+    """
+    k = parse_name(AdvantageKind, kind, "kind", "advantage kind")
+    return batched_advantages(_checks.batch(rewards, mask), k)
+
+
+def batched_advantages(b: _checks.Batch, kind: AdvantageKind) -> torch.Tensor:
+    """The estimators on a checked (or trusted) Batch; trusts `kind` and the rewards."""
     r = b.rewards
-    if kind == "none":
+    if kind == AdvantageKind.NONE:
         return b.unbatch(r.clone())
     n = b.counts()
     centred = b.centred()
-    if kind == "dr_grpo":
+    if kind == AdvantageKind.DR_GRPO:
         return b.unbatch(centred)
     std = (centred.square().sum(-1) / (n - 1).clamp_min(1.0)).sqrt()
     # n = 1: centred is exactly 0, so the advantage is 0 whatever the std.

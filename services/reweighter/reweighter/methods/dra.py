@@ -15,27 +15,12 @@ reproduces the authors' released code exactly (no floor), sign flips included.
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from reweighter.errors import InvalidInput
 from reweighter.methods import _checks
+from reweighter.methods.params import DraParams, kernel_params
 from reweighter.methods.similarity import _cosine
-
-
-def _check_params(similarity_floor: float | None, eps: float) -> None:
-    if similarity_floor is not None and not (
-        isinstance(similarity_floor, int | float)
-        and not isinstance(similarity_floor, bool)
-        and -1.0 <= similarity_floor <= 1.0
-    ):
-        raise InvalidInput(
-            f"must be a number in [-1, 1] or None, got {similarity_floor!r}",
-            field="similarity_floor",
-        )
-    if isinstance(eps, bool) or not isinstance(eps, int | float) or not (0 < eps < math.inf):
-        raise InvalidInput(f"must be a finite number > 0, got {eps!r}", field="eps")
 
 
 def _dra(
@@ -46,9 +31,11 @@ def _dra(
     *,
     trusted: bool = False,
 ) -> torch.Tensor:
-    """The formula on validated [B, G] rewards and [B, G, G] similarities.
+    """The formula on validated [B, G] rewards and [B, G, G] similarities; trusts its input.
 
-    `trusted`: sim comes from `_cosine` (finite, in [-1, 1]), so it need not be checked again.
+    `trusted`: sim is finite (from `_cosine`, or checked by the engine), so it is not checked
+    again. The one check left is on the result: without a floor the denominator can vanish,
+    which only the computation can tell.
     """
     s = sim.clamp_min(similarity_floor) if similarity_floor is not None else sim.clone()
     s.diagonal(dim1=-2, dim2=-1).fill_(1.0)
@@ -86,12 +73,9 @@ def dra_from_similarity(
     The diagonal of `sim` is ignored (s_ii = 1). Masked items are left out of every sum and get 0.
     Computed on `sim`'s device, in float32 (float64 if an input is float64).
     """
-    _check_params(similarity_floor, eps)
-    s = _checks.as_tensor(sim, "similarity")
-    b = _checks.batch(rewards, mask, device=s.device)
-    s = _checks.check_pairs(s, b, "similarity", 1)
-    s = s.to(_checks.compute_dtype(s, b.rewards))
-    return _dra(b, s, similarity_floor, eps)
+    p = kernel_params(DraParams, similarity_floor=similarity_floor, eps=eps)
+    b, s = _checks.prepare(sim, rewards, mask, "similarity", 1)
+    return _dra(b, s, p.similarity_floor, p.eps)
 
 
 def dra(
@@ -107,9 +91,6 @@ def dra(
     `embeddings` is [G, D] or [B, G, D]; each group is reweighted on its own, never mixing groups
     (both papers' released code mixes a process's groups; we do not).
     """
-    _check_params(similarity_floor, eps)
-    e = _checks.as_tensor(embeddings, "embeddings")
-    b = _checks.batch(rewards, mask, device=e.device)
-    e = _checks.check_pairs(e, b, "embeddings", 0)
-    e = e.to(_checks.compute_dtype(e, b.rewards))
-    return _dra(b, _cosine(e, b.mask, b.squeeze), similarity_floor, eps, trusted=True)
+    p = kernel_params(DraParams, similarity_floor=similarity_floor, eps=eps)
+    b, e = _checks.prepare(embeddings, rewards, mask, "embeddings", 0)
+    return _dra(b, _cosine(e, b.mask, b.squeeze), p.similarity_floor, p.eps, trusted=True)

@@ -23,9 +23,16 @@ import torch
 
 from reweighter.errors import InvalidInput
 from reweighter.methods import _checks
+from reweighter.methods.params import MmrParams, kernel_params
 from reweighter.methods.similarity import _cosine
 
 Lambda = float | Literal["adaptive"]
+
+
+def _lambda(lam: object) -> float | None:
+    """The public functions' `lam`, validated by MmrParams: None for "adaptive"."""
+    p = kernel_params(MmrParams, lam=lam)
+    return None if p.lam == "adaptive" else float(p.lam)
 
 
 def _population_std(b: _checks.Batch) -> torch.Tensor:
@@ -35,7 +42,9 @@ def _population_std(b: _checks.Batch) -> torch.Tensor:
 def _mmr(
     b: _checks.Batch, sim: torch.Tensor, lam: float | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Greedy MMR on validated [B, G] rewards and finite [B, G, G] similarities.
+    """Greedy MMR on validated [B, G] rewards and finite [B, G, G] similarities; trusts them.
+
+    `lam` is a float in [0, 1], or None for adaptive.
 
     Vectorised over groups; the only loop is over the G - 1 selection steps, each a handful of
     [B, G] kernels.
@@ -92,11 +101,8 @@ def mmr_from_similarity(
     Returns (reweighted rewards shaped like `rewards`, λ per group: [B], or a 0-d tensor for one
     group). Masked items are never selected and get 0.
     """
-    lam_f = _checks.check_lambda(lam)
-    s = _checks.as_tensor(sim, "similarity")
-    b = _checks.batch(rewards, mask, device=s.device)
-    s = _checks.check_pairs(s, b, "similarity", 1)
-    s = s.to(_checks.compute_dtype(s, b.rewards))
+    lam_f = _lambda(lam)
+    b, s = _checks.prepare(sim, rewards, mask, "similarity", 1)
     if b.mask is not None:
         s = s.masked_fill(~(b.mask.unsqueeze(-1) & b.mask.unsqueeze(-2)), 0.0)
     if not _checks.all_finite(s):
@@ -115,9 +121,6 @@ def mmr(
 
     `embeddings` is [G, D] or [B, G, D]; each group is reweighted on its own, never mixing groups.
     """
-    lam_f = _checks.check_lambda(lam)
-    e = _checks.as_tensor(embeddings, "embeddings")
-    b = _checks.batch(rewards, mask, device=e.device)
-    e = _checks.check_pairs(e, b, "embeddings", 0)
-    e = e.to(_checks.compute_dtype(e, b.rewards))
+    lam_f = _lambda(lam)
+    b, e = _checks.prepare(embeddings, rewards, mask, "embeddings", 0)
     return _mmr(b, _cosine(e, b.mask, b.squeeze), lam_f)

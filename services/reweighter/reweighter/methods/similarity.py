@@ -91,16 +91,29 @@ def mean_pairwise_similarity(sim: torch.Tensor, mask: torch.Tensor | None = None
         )
     b = _checks.batch(s.new_zeros(s.shape[:-1], dtype=torch.float32), mask)
     s = _checks.check_pairs(s, b, "similarity", 1).to(_checks.compute_dtype(s))
+    if not _checks.all_finite(torch.where(_pairs(s, b.mask), s, torch.zeros((), dtype=s.dtype))):
+        raise InvalidInput("NaN or inf among the similarities", field="similarity")
+    return b.unbatch(batched_mean_similarity(s, b.mask))
+
+
+def batched_mean_similarity(s: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """[B, G, G] -> [B] on trusted input (the engine's path); see mean_pairwise_similarity."""
+    keep = _pairs(s, mask)
+    total = torch.where(keep, s, torch.zeros((), dtype=s.dtype, device=s.device)).sum((-2, -1))
+    n = keep.sum((-2, -1)).to(s.dtype)
+    return torch.where(n > 0, total / n.clamp_min(1.0), torch.ones_like(total))
+
+
+def _pairs(s: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Which entries of [B, G, G] are distinct pairs i < j of valid items."""
     g = s.shape[-1]
     pairs = torch.ones(g, g, dtype=torch.bool, device=s.device).triu_(1)
-    if b.mask is None:
-        keep = pairs.expand_as(s)
-    else:
-        keep = pairs & b.mask.unsqueeze(-1) & b.mask.unsqueeze(-2)
-    check = torch.where(keep, s, torch.zeros((), dtype=s.dtype, device=s.device))
-    if not _checks.all_finite(check):
-        raise InvalidInput("NaN or inf among the similarities", field="similarity")
-    n = keep.sum((-2, -1)).to(s.dtype)
-    total = check.sum((-2, -1))
-    out = torch.where(n > 0, total / n.clamp_min(1.0), torch.ones_like(total))
-    return b.unbatch(out)
+    if mask is None:
+        return pairs.expand_as(s)
+    return pairs & mask.unsqueeze(-1) & mask.unsqueeze(-2)
+
+
+def batched_cosine(embeddings: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """[B, G, D] -> [B, G, G] on trusted input (the engine checked every vector: finite,
+    non-zero); see cosine_similarity."""
+    return _cosine(embeddings, mask, False)

@@ -1,75 +1,29 @@
-"""The gRPC transport (grpc.aio): the Reweighter servicer, health, reflection and API-key check."""
+"""The gRPC server (grpc.aio): the Reweighter servicer, standard health, reflection and the
+API-key check, bound with the message limits of reweighter.limits."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from ..config import Settings
-from ..errors import ReweighterError, Unauthenticated
-from . import convert
-from ._proto.reweighter.v1 import reweighter_pb2 as pb
-from ._proto.reweighter.v1 import reweighter_pb2_grpc as pb_grpc
-from .auth import check_bearer
-from .http import max_body_bytes
-from .metrics import Metrics
+from ...config import Settings
+from ...errors import Unauthenticated
+from ...limits import grpc_server_options
+from .._proto.reweighter.v1 import reweighter_pb2 as pb
+from .._proto.reweighter.v1 import reweighter_pb2_grpc as pb_grpc
+from ..auth import check_bearer
+from ..metrics import Metrics
+from ..protocol import EngineProtocol
+from .servicer import ReweighterServicer, abort
 
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Reweighter"].full_name
 _PROTECTED_PREFIX = f"/{SERVICE_NAME}/"
-
-
-class ReweighterServicer(pb_grpc.ReweighterServicer):
-    """Translates protobuf to engine calls; errors become status codes naming the field."""
-
-    def __init__(self, engine: Any, metrics: Metrics) -> None:
-        self.engine = engine
-        self.metrics = metrics
-
-    async def Reweight(self, request: pb.ReweightRequest, context: Any) -> pb.ReweightResponse:
-        async def run() -> pb.ReweightResponse:
-            req = convert.proto_to_request(request)
-            n = sum(len(g.rewards) for g in request.groups)
-            self.metrics.completions.labels("grpc").observe(n)
-            return convert.result_to_proto(await self.engine.areweight(req))
-
-        return await self._call(context, "reweight", request.method or convert.DEFAULT_METHOD, run)
-
-    async def Embed(self, request: pb.EmbedRequest, context: Any) -> pb.EmbedResponse:
-        async def run() -> pb.EmbedResponse:
-            texts = convert.proto_embed_inputs(request)
-            return convert.embed_to_proto(await self.engine.aembed(texts))
-
-        return await self._call(context, "embed", "", run)
-
-    async def Info(self, request: pb.InfoRequest, context: Any) -> pb.InfoResponse:
-        async def run() -> pb.InfoResponse:
-            return convert.info_to_proto(self.engine.info())
-
-        return await self._call(context, "info", "", run)
-
-    async def _call(
-        self, context: Any, endpoint: str, method: str, run: Callable[[], Awaitable[Any]]
-    ) -> Any:
-        try:
-            with self.metrics.track("grpc", endpoint, method):
-                return await run()
-        except ReweighterError as e:
-            await _abort(context, e)
-
-
-async def _abort(context: Any, exc: ReweighterError) -> None:
-    await context.abort(
-        getattr(grpc.StatusCode, exc.grpc_code),
-        str(exc),
-        trailing_metadata=convert.error_metadata(exc),
-    )
 
 
 class _ApiKeyInterceptor(grpc.aio.ServerInterceptor):
@@ -95,7 +49,7 @@ class _ApiKeyInterceptor(grpc.aio.ServerInterceptor):
 
 def _deny(exc: Unauthenticated) -> grpc.RpcMethodHandler:
     async def deny(request: Any, context: Any) -> None:
-        await _abort(context, exc)
+        await abort(context, exc)
 
     return grpc.unary_unary_rpc_method_handler(deny)
 
@@ -107,16 +61,11 @@ class GrpcServer:
     again during shutdown, so load balancers drain the instance before it stops.
     """
 
-    def __init__(self, engine: Any, settings: Settings, metrics: Metrics) -> None:
-        limit = max_body_bytes(settings)
+    def __init__(self, engine: EngineProtocol, settings: Settings, metrics: Metrics) -> None:
         interceptors = [_ApiKeyInterceptor(settings.api_key, metrics)] if settings.api_key else []
         self.server = grpc.aio.server(
             interceptors=interceptors,
-            options=[
-                ("grpc.max_receive_message_length", limit),
-                ("grpc.max_send_message_length", max(limit, 64 << 20)),
-                ("grpc.so_reuseport", 0),
-            ],
+            options=grpc_server_options(settings),
         )
         self.engine = engine
         self.health = health.aio.HealthServicer()
@@ -155,7 +104,7 @@ class GrpcServer:
 
 
 def create_grpc_server(
-    engine: Any, settings: Settings | None = None, *, metrics: Metrics | None = None
+    engine: EngineProtocol, settings: Settings | None = None, *, metrics: Metrics | None = None
 ) -> GrpcServer:
     """Bind (not start) the gRPC server for `engine`; `await server.start()` to serve."""
     settings = settings or engine.settings

@@ -1,0 +1,84 @@
+"""The HTTP app factory: FastAPI over the engine, with the error mapping both routers share.
+
+Errors are one JSON shape everywhere (`ErrorOut`): the engine's ReweighterError keeps its
+status code, and a schema error (wrong type, unknown key, bad JSON) is a 422 naming the field
+in the engine's dotted-path form, so clients see one convention whichever layer refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from ... import __version__
+from ...config import Settings
+from ...errors import InvalidInput, ReweighterError
+from ...limits import max_body_bytes
+from ..metrics import Metrics
+from ..protocol import EngineProtocol
+from .middleware import BodyLimit, endpoint_name
+from .router import build_router
+from .schemas import EmbedIn, ErrorOut, GroupIn, ReweightIn
+
+_SCHEMA_FIELDS = (
+    set(ReweightIn.model_fields) | set(GroupIn.model_fields) | set(EmbedIn.model_fields)
+)
+
+
+def create_app(
+    engine: EngineProtocol, settings: Settings | None = None, *, metrics: Metrics | None = None
+) -> FastAPI:
+    """The HTTP API over `engine`. Loading the model is the caller's job."""
+    settings = settings or engine.settings
+    metrics = metrics or Metrics(engine)
+    app = FastAPI(
+        title="Reweighter",
+        version=__version__,
+        description="Diversity-aware reward reweighting (DRA-GRPO, MMR-GRPO) for GRPO training.",
+    )
+    app.state.engine = engine
+    app.state.metrics = metrics
+
+    @app.exception_handler(ReweighterError)
+    async def _reweighter_error(request: Request, exc: ReweighterError) -> JSONResponse:
+        if exc.http_status == 401:
+            metrics.count_rejected("http", endpoint_name(request.url.path), type(exc).__name__)
+        headers = {"Retry-After": "1"} if exc.http_status in (429, 503) else None
+        body = ErrorOut.from_error(exc).model_dump()
+        return JSONResponse(body, status_code=exc.http_status, headers=headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _schema_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0]
+        field = validation_field(first, _SCHEMA_FIELDS)
+        if first.get("type") == "json_invalid":
+            message = f"invalid JSON: {first.get('ctx', {}).get('error', first.get('msg'))}"
+            field = None
+        else:
+            message = first.get("msg", "invalid input")
+        metrics.count_rejected("http", endpoint_name(request.url.path), "InvalidInput")
+        body = ErrorOut.from_error(InvalidInput(message, field=field)).model_dump()
+        return JSONResponse(body, status_code=422)
+
+    app.include_router(build_router(engine, settings, metrics))
+    app.add_middleware(BodyLimit, limit=max_body_bytes(settings), metrics=metrics)
+    return app
+
+
+def validation_field(error: Mapping[str, Any], known: set[str]) -> str | None:
+    """A pydantic error's location as the engine's dotted path: ("body","groups",0,"rewards") ->
+    "groups[0].rewards". Union-branch tags that pydantic inserts ("float", "int") are dropped;
+    an unknown key (extra="forbid") is kept, since it is the field at fault."""
+    loc = list(error.get("loc", ()))
+    out = ""
+    for i, part in enumerate(loc):
+        last_extra = error.get("type") == "extra_forbidden" and i == len(loc) - 1
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part in known or (last_extra and part != "body"):
+            out += f".{part}" if out else str(part)
+    return out or None

@@ -1,0 +1,80 @@
+"""The HTTP routes: each converts its schema to an engine call and the result back.
+
+To add an endpoint: a request/response model pair in schemas.py (with its conversions), a
+route here with `response_model` (FastAPI documents and serialises it), and a method on the
+HTTP client that parses the answer with the same response model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from ...config import Settings
+from ..auth import check_bearer
+from ..metrics import Metrics
+from ..protocol import EngineProtocol
+from .schemas import EmbedIn, EmbedOut, ErrorOut, InfoOut, ReweightIn, ReweightOut, StatusOut
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorOut, "description": desc}
+    for code, desc in {
+        401: "missing or wrong API key",
+        413: "over the configured limits",
+        422: "invalid input; `field` names it",
+        429: "overloaded; retry with backoff",
+        503: "the model is still loading; retry",
+    }.items()
+}
+
+
+def build_router(engine: EngineProtocol, settings: Settings, metrics: Metrics) -> APIRouter:
+    def require_key(request: Request) -> None:
+        check_bearer(request.headers.get("authorization"), settings.api_key)
+
+    health = APIRouter(tags=["health"])
+    api = APIRouter(prefix="/v1", dependencies=[Depends(require_key)], responses=ERROR_RESPONSES)
+
+    @health.get("/healthz", response_model=StatusOut)
+    async def healthz() -> StatusOut:
+        """The process is alive (it may still be loading the model)."""
+        return StatusOut(status="ok")
+
+    @health.get("/readyz", response_model=StatusOut, responses={503: {"model": StatusOut}})
+    async def readyz(response: Response) -> StatusOut:
+        """200 once the model is loaded; 503 before (route traffic only when ready)."""
+        if engine.ready:
+            return StatusOut(status="ready")
+        response.status_code = 503
+        response.headers["Retry-After"] = "1"
+        return StatusOut(status="loading")
+
+    @health.get("/metrics", response_class=Response)
+    async def prometheus() -> Response:
+        return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    @api.get("/info", response_model=InfoOut)
+    async def info() -> InfoOut:
+        """Model, dimension, device, methods and their parameter schemas, limits, version."""
+        with metrics.track("http", "info"):
+            return InfoOut.model_validate(engine.info())
+
+    @api.post("/reweight", response_model=ReweightOut)
+    async def reweight(body: ReweightIn) -> ReweightOut:
+        """Reweight each group's rewards by its completions' redundancy (and compute advantages)."""
+        with metrics.track("http", "reweight", body.method):
+            metrics.completions.labels("http").observe(sum(len(g.rewards) for g in body.groups))
+            return ReweightOut.from_result(await engine.areweight(body.to_request()))
+
+    @api.post("/embed", response_model=EmbedOut)
+    async def embed(body: EmbedIn) -> EmbedOut:
+        """Embed texts (TEI's conventions): unit vectors, one per input."""
+        with metrics.track("http", "embed"):
+            return EmbedOut.from_result(await engine.aembed(body.texts()))
+
+    router = APIRouter()
+    router.include_router(health)
+    router.include_router(api)
+    return router

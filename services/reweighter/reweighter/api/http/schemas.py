@@ -1,0 +1,248 @@
+"""The HTTP contract as pydantic models: what /openapi.json documents, FastAPI parses and emits,
+and the HTTP clients parse answers with. Each model converts to and from the engine's types.
+
+Request models check only the wire format (types, no unknown keys). Every rule about meaning
+(lengths, limits, method names, parameters) lives in the engine, so HTTP and gRPC reject the
+same requests with the same messages; the method and advantage names are still published as
+enums (from reweighter.types) so generated clients see the choices.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Annotated, Any
+
+import numpy as np
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    WithJsonSchema,
+)
+
+from ...errors import InvalidInput, ReweighterError, error_from
+from ...types import (
+    AdvantageKind,
+    EmbedResult,
+    EngineInfo,
+    Group,
+    GroupResult,
+    GroupStats,
+    Method,
+    ReweightRequest,
+    ReweightResult,
+)
+
+Number = StrictFloat | StrictInt
+"""A JSON number; strict so that "1" or true is rejected instead of silently converted."""
+
+
+def _names(enum: type[Method] | type[AdvantageKind], doc: str) -> Any:
+    """A string the engine judges, documented as the enum it must be."""
+    schema = {"type": "string", "enum": [m.value for m in enum], "description": doc}
+    return Annotated[StrictStr, WithJsonSchema(schema)]
+
+
+MethodName = _names(Method, "reweighting method (see GET /v1/info)")
+AdvantageName = _names(AdvantageKind, "advantage estimator computed after reweighting")
+
+# NaN and infinity pass through to the engine, which rejects them with the same message on
+# both transports (JSON has no NaN, but Python clients can send it).
+_WIRE = ConfigDict(extra="forbid")
+_ABSENT_IF_NONE = {"default": None, "exclude_if": lambda v: v is None}
+
+
+class GroupIn(BaseModel):
+    model_config = _WIRE
+
+    id: StrictStr | None = Field(None, description="echoed back in the result")
+    rewards: list[Number] = Field(..., description="one base reward per completion")
+    completions: list[StrictStr] | None = Field(
+        None, description="the group's completions (texts); or give `embeddings`"
+    )
+    embeddings: list[list[Number]] | None = Field(
+        None, description="precomputed vectors, one per completion ([G][D]); or give `completions`"
+    )
+
+    def to_group(self) -> Group:
+        return Group(self.rewards, self.completions, self.embeddings, self.id)
+
+
+class ReweightIn(BaseModel):
+    model_config = _WIRE
+
+    method: MethodName = Method.DRA.value
+    params: dict[str, Any] = Field(
+        default_factory=dict,
+        description=(
+            "the chosen method's parameters only: dra {similarity_floor: number | null}, "
+            'mmr {lambda: number in [0, 1] | "adaptive"}'
+        ),
+    )
+    advantages: AdvantageName = AdvantageKind.NONE.value
+    groups: list[GroupIn]
+
+    def to_request(self) -> ReweightRequest:
+        return ReweightRequest(
+            groups=[g.to_group() for g in self.groups],
+            method=self.method,
+            params=self.params,
+            advantages=self.advantages,
+        )
+
+    @staticmethod
+    def wire(request: ReweightRequest) -> dict[str, Any]:
+        """The JSON body for `request`, built without validation (clients send it as it is, NaN
+        included, so the server judges it and names the field)."""
+        groups = []
+        for g in request.groups:
+            out: dict[str, Any] = {"rewards": [float(r) for r in g.rewards]}
+            if g.id is not None:
+                out["id"] = g.id
+            if g.completions is not None:
+                out["completions"] = list(g.completions)
+            if g.embeddings is not None:
+                out["embeddings"] = np.asarray(g.embeddings, dtype=np.float64).tolist()
+            groups.append(out)
+        return {
+            "method": str(request.method),
+            "params": dict(request.params),
+            "advantages": str(request.advantages),
+            "groups": groups,
+        }
+
+
+class GroupStatsOut(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+    mean_similarity: float = Field(..., description="mean cosine similarity over distinct pairs")
+    lambda_: float | None = Field(
+        **_ABSENT_IF_NONE, alias="lambda", description="the MMR trade-off used (MMR only)"
+    )
+
+
+class GroupOut(BaseModel):
+    id: str | None
+    rewards: list[float]
+    advantages: list[float] | None = Field(
+        **_ABSENT_IF_NONE, description="absent when advantages = none"
+    )
+    stats: GroupStatsOut
+
+
+class ReweightOut(BaseModel):
+    method: str
+    model: str | None = Field(..., description="encoder id; null when all embeddings were given")
+    groups: list[GroupOut]
+
+    @classmethod
+    def from_result(cls, result: ReweightResult) -> ReweightOut:
+        return cls(
+            method=result.method,
+            model=result.model,
+            groups=[
+                GroupOut(
+                    id=g.id,
+                    rewards=g.rewards,
+                    advantages=g.advantages,
+                    stats=GroupStatsOut(
+                        mean_similarity=g.stats.mean_similarity, lambda_=g.stats.lambda_
+                    ),
+                )
+                for g in result.groups
+            ],
+        )
+
+    def to_result(self) -> ReweightResult:
+        return ReweightResult(
+            method=self.method,
+            model=self.model,
+            groups=[
+                GroupResult(
+                    id=g.id,
+                    rewards=g.rewards,
+                    advantages=g.advantages,
+                    stats=GroupStats(g.stats.mean_similarity, g.stats.lambda_),
+                )
+                for g in self.groups
+            ],
+        )
+
+
+class EmbedIn(BaseModel):
+    model_config = _WIRE
+
+    inputs: list[StrictStr] | StrictStr = Field(..., description="texts (or one text)")
+    normalize: bool = Field(True, description="only true is supported: vectors are unit length")
+
+    def texts(self) -> list[str]:
+        if not self.normalize:
+            raise InvalidInput(
+                "only normalize=true is supported: the encoder returns unit vectors",
+                field="normalize",
+            )
+        return [self.inputs] if isinstance(self.inputs, str) else self.inputs
+
+    @staticmethod
+    def wire(texts: Sequence[str]) -> dict[str, Any]:
+        return {"inputs": list(texts)}
+
+
+class EmbedOut(BaseModel):
+    model: str
+    dim: int
+    embeddings: list[list[float]]
+
+    @classmethod
+    def from_result(cls, result: EmbedResult) -> EmbedOut:
+        rows = np.asarray(result.embeddings, dtype=np.float32).tolist()
+        return cls.model_construct(model=result.model, dim=result.dim, embeddings=rows)
+
+    def to_result(self) -> EmbedResult:
+        arr = np.asarray(self.embeddings, dtype=np.float32).reshape(-1, self.dim)
+        return EmbedResult(model=self.model, dim=self.dim, embeddings=arr)
+
+
+class MethodInfoOut(BaseModel):
+    description: str
+    params: dict[str, Any] = Field(..., description="JSON schema of the method's parameters")
+
+
+class InfoOut(BaseModel):
+    version: str
+    model: str | None
+    dim: int | None
+    device: str | None
+    ready: bool
+    long_text: str
+    methods: dict[str, MethodInfoOut]
+    advantages: list[str]
+    limits: dict[str, int]
+
+    def to_info(self) -> EngineInfo:
+        return self.model_dump()  # type: ignore[return-value]  # same keys as EngineInfo
+
+
+class StatusOut(BaseModel):
+    status: str
+
+
+class ErrorBody(BaseModel):
+    message: str
+    field: str | None = Field(None, description="the offending input as a dotted path")
+    type: str = Field(..., description="InvalidInput, LimitExceeded, Overloaded, NotReady, ...")
+
+
+class ErrorOut(BaseModel):
+    error: ErrorBody
+
+    @classmethod
+    def from_error(cls, exc: ReweighterError) -> ErrorOut:
+        return cls(error=ErrorBody(message=exc.message, field=exc.field, type=type(exc).__name__))
+
+    def to_error(self, retry_after: float | None = None) -> ReweighterError:
+        e = self.error
+        return error_from(e.type, e.message, e.field, retry_after=retry_after)

@@ -1,0 +1,70 @@
+"""The sync clients are thin wrappers: the async client runs on a private event loop in a
+daemon thread, and each call waits for its result. One implementation per transport, and a
+sync client is safe to share between threads (calls are scheduled thread-safely)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Any, Generic, Protocol, TypeVar
+
+from ..types import EmbedResult, EngineInfo, ReweightRequest, ReweightResult
+
+T = TypeVar("T")
+
+
+class AsyncClient(Protocol):
+    async def reweight(self, request: ReweightRequest) -> ReweightResult: ...
+    async def embed(self, texts: Sequence[str]) -> EmbedResult: ...
+    async def info(self) -> EngineInfo: ...
+    async def close(self) -> None: ...
+
+
+A = TypeVar("A", bound=AsyncClient)
+
+
+class SyncClient(Generic[A]):
+    """`reweight`, `embed`, `info`, `close` and a context manager over an async client."""
+
+    def __init__(self, make: Callable[[], A]) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="reweighter-client", daemon=True
+        )
+        self._thread.start()
+
+        async def build() -> A:  # grpc.aio and httpx want the loop that will use them
+            return make()
+
+        self.aio: A = self._run(build())
+
+    def _run(self, coro: Coroutine[Any, Any, T] | Awaitable[T]) -> T:
+        if self._loop.is_closed():
+            raise RuntimeError("the client is closed")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()  # type: ignore[arg-type]
+
+    def reweight(self, request: ReweightRequest) -> ReweightResult:
+        return self._run(self.aio.reweight(request))
+
+    def embed(self, texts: Sequence[str]) -> EmbedResult:
+        return self._run(self.aio.embed(texts))
+
+    def info(self) -> EngineInfo:
+        return self._run(self.aio.info())
+
+    def close(self) -> None:
+        if self._loop.is_closed():
+            return
+        try:
+            self._run(self.aio.close())
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+            self._loop.close()
+
+    def __enter__(self: T) -> T:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

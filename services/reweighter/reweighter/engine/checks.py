@@ -1,0 +1,197 @@
+"""The engine's request checks: the one place a request is judged.
+
+Every transport hands its request here unjudged; every kernel after this trusts what comes out.
+A failure is an InvalidInput (HTTP 422 / INVALID_ARGUMENT) or LimitExceeded (413 /
+RESOURCE_EXHAUSTED) naming the field as a dotted path (`groups[2].rewards[0]`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ValidationError
+
+from ..errors import InvalidInput, LimitExceeded
+from ..limits import Limits
+from ..methods import get_method
+from ..types import AdvantageKind, Method, ReweightRequest, parse_name
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A validated request: parsed params and, per group, either texts or an embedding array."""
+
+    method: Method
+    params: BaseModel
+    advantages: AdvantageKind
+    texts: list[list[str] | None]
+    embeddings: list[np.ndarray | None]
+    rewards: list[list[float]]
+    ids: list[str | None]
+
+    def flat_texts(self) -> list[str]:
+        return [t for group in self.texts if group is not None for t in group]
+
+    def split(self, flat: np.ndarray | None) -> list[np.ndarray]:
+        """Per-group vectors: slices of the flat text embeddings, or the given embeddings."""
+        out: list[np.ndarray] = []
+        pos = 0
+        for texts, emb in zip(self.texts, self.embeddings, strict=True):
+            if texts is not None:
+                assert flat is not None
+                out.append(flat[pos : pos + len(texts)])
+                pos += len(texts)
+            else:
+                assert emb is not None
+                out.append(emb)
+        return out
+
+
+def check_texts(texts: Sequence[str], limits: Limits) -> None:
+    """The inputs of an embed call (field "inputs")."""
+    if isinstance(texts, str) or not isinstance(texts, Sequence):
+        raise InvalidInput("must be a list of strings", field="inputs")
+    if not texts:
+        raise InvalidInput("must not be empty", field="inputs")
+    _within(len(texts), limits.max_completions, "inputs", "inputs")
+    chars = 0
+    for i, t in enumerate(texts):
+        if not isinstance(t, str):
+            raise InvalidInput("must be a string", field=f"inputs[{i}]")
+        chars += len(t)
+    _within(chars, limits.max_chars, "characters", "inputs")
+
+
+def check_request(request: ReweightRequest, limits: Limits) -> Checked:
+    spec = get_method(request.method)
+    params = _check_params(spec.name, spec.params_model, request.params)
+    kind = parse_name(AdvantageKind, request.advantages, "advantages", "advantage kind")
+
+    groups = request.groups
+    if not groups:
+        raise InvalidInput("at least one group is required", field="groups")
+    _within(len(groups), limits.max_groups, "groups", "groups")
+    _within(sum(len(g.rewards) for g in groups), limits.max_completions, "completions", "groups")
+
+    texts: list[list[str] | None] = []
+    embs: list[np.ndarray | None] = []
+    rewards: list[list[float]] = []
+    chars = 0
+    for gi, g in enumerate(groups):
+        where = f"groups[{gi}]"
+        r = _check_rewards(g.rewards, f"{where}.rewards")
+        if len(r) > limits.max_group_size:
+            raise LimitExceeded(
+                f"{len(r)} completions exceed the group limit of {limits.max_group_size}",
+                field=f"{where}.rewards",
+            )
+        has_c, has_e = g.completions is not None, g.embeddings is not None
+        if has_c == has_e:
+            raise InvalidInput(
+                "give either completions or embeddings, not both"
+                if has_c
+                else "give either completions or embeddings",
+                field=where,
+            )
+        if has_c:
+            c = _check_completions(g.completions, len(r), f"{where}.completions")
+            chars += sum(len(t) for t in c)
+            texts.append(c)
+            embs.append(None)
+        else:
+            embs.append(_check_embeddings(g.embeddings, len(r), f"{where}.embeddings"))
+            texts.append(None)
+        rewards.append(r)
+    _within(chars, limits.max_chars, "characters", "groups")
+    return Checked(
+        method=spec.name,
+        params=params,
+        advantages=kind,
+        texts=texts,
+        embeddings=embs,
+        rewards=rewards,
+        ids=[g.id for g in groups],
+    )
+
+
+def _within(n: int, limit: int, what: str, field: str) -> None:
+    if n > limit:
+        raise LimitExceeded(f"{n} {what} exceed the limit of {limit}", field=field)
+
+
+def _check_params(method: str, model: type[BaseModel], given: Any) -> BaseModel:
+    params_in = given or {}
+    if not isinstance(params_in, dict):
+        params_in = dict(params_in)
+    try:
+        return model.model_validate(params_in)
+    except ValidationError as e:
+        first = e.errors()[0]
+        names = [f.alias or name for name, f in model.model_fields.items()]
+        raise InvalidInput(
+            f"{first['msg']} (method {method!r} takes: {', '.join(names) or 'no parameters'})",
+            field=_param_field(first),
+        ) from e
+
+
+def _param_field(err: Any) -> str:
+    loc = ".".join(str(p) for p in err.get("loc", ()) if p != "__root__")
+    return f"params.{loc}" if loc else "params"
+
+
+def _check_completions(values: Any, n: int, field: str) -> list[str]:
+    if isinstance(values, str) or not isinstance(values, Sequence):
+        raise InvalidInput("must be a list of strings", field=field)
+    if len(values) != n:
+        raise InvalidInput(f"has {len(values)} items but rewards has {n}", field=field)
+    for ci, t in enumerate(values):
+        if not isinstance(t, str):
+            raise InvalidInput("must be a string", field=f"{field}[{ci}]")
+    return list(values)
+
+
+def _check_rewards(values: Any, field: str) -> list[float]:
+    if isinstance(values, str | bytes) or not isinstance(values, Sequence | np.ndarray):
+        raise InvalidInput("must be a list of numbers", field=field)
+    if len(values) == 0:
+        raise InvalidInput("empty group: at least one completion is required", field=field)
+    out = []
+    for j, v in enumerate(values):
+        if isinstance(v, bool) or not isinstance(v, int | float | np.floating | np.integer):
+            raise InvalidInput(f"must be a number, got {type(v).__name__}", field=f"{field}[{j}]")
+        f = float(v)
+        if not math.isfinite(f):
+            raise InvalidInput(f"must be finite, got {f}", field=f"{field}[{j}]")
+        out.append(f)
+    return out
+
+
+def _check_embeddings(values: Any, n: int, field: str) -> np.ndarray:
+    try:
+        arr = np.asarray(values, dtype=np.float32)
+    except (TypeError, ValueError) as e:
+        raise InvalidInput("must be a list of equal-length lists of numbers", field=field) from e
+    if arr.ndim != 2:
+        raise InvalidInput(
+            "must be a list of equal-length lists of numbers (one vector per completion)",
+            field=field,
+        )
+    if arr.shape[0] != n:
+        raise InvalidInput(f"has {arr.shape[0]} vectors but rewards has {n}", field=field)
+    if arr.shape[1] == 0:
+        raise InvalidInput("vectors must have at least one dimension", field=field)
+    finite = np.isfinite(arr).all(axis=1)
+    if not finite.all():
+        j = int(np.argmin(finite))
+        raise InvalidInput("contains NaN or infinity", field=f"{field}[{j}]")
+    norms = np.linalg.norm(arr, axis=1)
+    if (norms == 0).any():
+        j = int(np.argmin(norms))
+        raise InvalidInput(
+            "is a zero vector: cosine similarity is undefined", field=f"{field}[{j}]"
+        )
+    return arr

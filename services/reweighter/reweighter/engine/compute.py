@@ -1,0 +1,75 @@
+"""Result assembly: checked groups and their vectors in, a ReweightResult out.
+
+Everything here trusts its input (engine/checks.py judged it): the groups are padded into one
+[B, G] batch, their similarities computed by one bmm per embedding width, and the method, the
+advantages and the statistics run on the whole batch at once on `device`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..methods import METHODS, batched_advantages, batched_cosine, batched_mean_similarity
+from ..methods._checks import Batch
+from ..types import AdvantageKind, GroupResult, GroupStats, ReweightResult
+from .checks import Checked
+
+
+def reweight_checked(
+    checked: Checked, vectors: list[np.ndarray], device: torch.device, model: str | None
+) -> ReweightResult:
+    spec = METHODS[checked.method]
+    b = len(vectors)
+    g_max = max(len(r) for r in checked.rewards)
+    with torch.inference_mode():
+        rewards = torch.zeros(b, g_max, dtype=torch.float32, device=device)
+        mask = torch.zeros(b, g_max, dtype=torch.bool, device=device)
+        for i, r in enumerate(checked.rewards):
+            rewards[i, : len(r)] = torch.tensor(r, dtype=torch.float32)
+            mask[i, : len(r)] = True
+        sim = batched_similarity(vectors, g_max, device)
+        new, lam = spec.apply(rewards, sim, mask, checked.params)
+        ragged = None if bool(mask.all()) else mask
+        adv = None
+        if checked.advantages != AdvantageKind.NONE:
+            adv = batched_advantages(Batch(new, ragged, False), checked.advantages)
+        mean_sim = batched_mean_similarity(sim, ragged)
+        new_l, mean_l = new.cpu().tolist(), mean_sim.cpu().tolist()
+        adv_l = adv.cpu().tolist() if adv is not None else None
+        lam_l = lam.cpu().tolist() if lam is not None else None
+
+    out = []
+    for i, r in enumerate(checked.rewards):
+        n = len(r)
+        out.append(
+            GroupResult(
+                id=checked.ids[i],
+                rewards=new_l[i][:n],
+                advantages=adv_l[i][:n] if adv_l is not None else None,
+                stats=GroupStats(
+                    mean_similarity=mean_l[i],
+                    lambda_=lam_l[i] if lam_l is not None else None,
+                ),
+            )
+        )
+    return ReweightResult(method=checked.method.value, model=model, groups=out)
+
+
+def batched_similarity(vectors: list[np.ndarray], g_max: int, dev: torch.device) -> torch.Tensor:
+    """[B, G, G] cosine similarities; groups are bucketed by dimension so each bucket is one bmm."""
+    b = len(vectors)
+    sim = torch.zeros(b, g_max, g_max, dtype=torch.float32, device=dev)
+    by_dim: dict[int, list[int]] = {}
+    for i, v in enumerate(vectors):
+        by_dim.setdefault(v.shape[1], []).append(i)
+    for d, idx in by_dim.items():
+        emb = torch.zeros(len(idx), g_max, d, dtype=torch.float32)
+        mask = torch.zeros(len(idx), g_max, dtype=torch.bool)
+        for k, i in enumerate(idx):
+            n = vectors[i].shape[0]
+            emb[k, :n] = torch.from_numpy(np.ascontiguousarray(vectors[i], dtype=np.float32))
+            mask[k, :n] = True
+        ragged = None if bool(mask.all()) else mask.to(dev)
+        sim[torch.tensor(idx, device=dev)] = batched_cosine(emb.to(dev), ragged)
+    return sim

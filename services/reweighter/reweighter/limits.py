@@ -1,0 +1,60 @@
+"""Size limits in one place: what the engine enforces (413) and what the transports derive.
+
+The engine checks a request's counts against `Limits` (from Settings); the transports refuse
+bodies above `max_body_bytes` before parsing, so an oversized request costs no parsing. gRPC's
+message limits and the clients' channel options are derived from the same numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from .config import Settings
+
+CLIENT_MAX_MESSAGE_BYTES = 512 << 20
+"""gRPC clients accept answers up to this size (embeddings of a large request)."""
+SERVER_MIN_SEND_BYTES = 64 << 20
+"""gRPC servers may always send answers of at least this size."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-request bounds (413 / RESOURCE_EXHAUSTED above them), as `info()` publishes them."""
+
+    max_groups: int
+    max_group_size: int
+    max_completions: int
+    max_chars: int
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Limits:
+        return cls(
+            max_groups=settings.max_groups,
+            max_group_size=settings.max_group_size,
+            max_completions=settings.max_completions,
+            max_chars=settings.max_chars,
+        )
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def max_body_bytes(settings: Settings) -> int:
+    """Bodies above this are refused before parsing: texts at 4 bytes per character plus room
+    for precomputed embeddings written as JSON (about 24 bytes per number at 1024 dims)."""
+    return 4 * settings.max_chars + 24 * 1024 * settings.max_completions + (1 << 20)
+
+
+def grpc_server_options(settings: Settings) -> list[tuple[str, int]]:
+    limit = max_body_bytes(settings)
+    return [
+        ("grpc.max_receive_message_length", limit),
+        ("grpc.max_send_message_length", max(limit, SERVER_MIN_SEND_BYTES)),
+        ("grpc.so_reuseport", 0),
+    ]
+
+
+CLIENT_CHANNEL_OPTIONS = [
+    ("grpc.max_send_message_length", CLIENT_MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", CLIENT_MAX_MESSAGE_BYTES),
+]

@@ -1,0 +1,87 @@
+"""Each method's parameters as a pydantic model: the one definition of what a valid parameter is.
+
+The engine validates a request's `params` with these models (so a bad parameter is a clean 4xx
+naming it) and hands the kernels parsed, trusted values. The public kernel functions, called
+directly from Python, validate their keyword arguments through the same models
+(`kernel_params`), so no parameter rule is written twice.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from reweighter.errors import InvalidInput
+
+_CONFIG = ConfigDict(extra="forbid", populate_by_name=True, serialize_by_alias=True)
+
+
+class DraParams(BaseModel):
+    model_config = _CONFIG
+
+    similarity_floor: Annotated[float, Field(ge=-1.0, le=1.0, allow_inf_nan=False)] | None = Field(
+        0.0,
+        description="Off-diagonal similarities below this count as this. 0.0 (default) keeps "
+        "every reward's sign; null reproduces the authors' code (negative row sums flip signs).",
+    )
+    eps: float = Field(1e-6, gt=0.0, allow_inf_nan=False, description="Added to the denominator.")
+
+
+class MmrParams(BaseModel):
+    model_config = _CONFIG
+
+    lam: Annotated[float, Field(ge=0.0, le=1.0)] | Literal["adaptive"] = Field(
+        "adaptive",
+        alias="lambda",
+        description='Reward vs novelty trade-off in [0, 1], or "adaptive": sigmoid(std(rewards)) '
+        "per group.",
+    )
+
+    @field_validator("lam", mode="before")
+    @classmethod
+    def _one_clear_error(cls, v: Any) -> Any:
+        """One message instead of pydantic's per-branch union errors."""
+        if v == "adaptive" and isinstance(v, str):
+            return v
+        x: float | None = None
+        if isinstance(v, int | float) and not isinstance(v, bool):
+            x = float(v)
+        elif isinstance(v, str):
+            try:
+                x = float(v)
+            except ValueError:
+                x = None
+        if x is None or not math.isfinite(x) or not 0.0 <= x <= 1.0:
+            raise ValueError(f'must be a number in [0, 1] or "adaptive", got {v!r}')
+        return x
+
+
+class NoneParams(BaseModel):
+    model_config = _CONFIG
+
+
+# What a kernel keyword argument must be, for the message a direct Python caller sees.
+_RULES = {
+    "similarity_floor": "must be a number in [-1, 1] or None",
+    "eps": "must be a finite number > 0",
+    "lam": 'must be a number in [0, 1] or "adaptive"',
+}
+
+P = TypeVar("P", bound=BaseModel)
+
+
+def kernel_params(model: type[P], **values: Any) -> P:
+    """Keyword arguments of a public kernel, validated by the method's model.
+
+    A bad value is an InvalidInput naming the keyword argument (`lam`, not its alias).
+    """
+    try:
+        return model.model_validate(values)
+    except ValidationError as e:
+        loc = e.errors()[0]["loc"]
+        alias = str(loc[0]) if loc else ""
+        name = next((n for n, f in model.model_fields.items() if alias in (n, f.alias)), alias)
+        rule = _RULES.get(name, "is not a valid value")
+        raise InvalidInput(f"{rule}, got {values.get(name)!r}", field=name) from None
