@@ -199,6 +199,7 @@ async def test_a_small_request_overtakes_a_huge_one() -> None:
     gate = threading.Event()
     rec = SliceRecorder(view, gate)
     emb = CachingEmbedder(rec, cache=None, slice_tokens=2 * view.window)  # two windows a slice
+    emb.batcher.round_tokens = 2 * view.window  # the huge text does not fit in one round
     small = ["a short answer: 4", "another short answer: 5"]
     done: list[str] = []
 

@@ -116,7 +116,7 @@ def test_slice_tokens_reach_the_batcher() -> None:
         emb.close()
     emb = build_embedder(Settings(device="cpu", compile="off"))
     try:
-        assert emb.batcher.slice_tokens == 1024  # the CPU default
+        assert emb.batcher.slice_tokens == 512  # the CPU default
         assert emb.encoder.compile_state == "off"
     finally:
         emb.close()

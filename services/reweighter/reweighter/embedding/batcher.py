@@ -5,10 +5,11 @@ forward passes only fight over caches; a single consumer merges whatever is queu
 longest-first, token-budgeted round (the encoder shapes the forward passes).
 
 Why slices: a request is split into pieces (a text, or one window of a long text) and each
-round takes at most `slice_tokens` of every active request, round-robin, up to `round_tokens`
-in all. One request with a 5 MB completion (thousands of windows) therefore advances a slice
-per round while a small request that arrives meanwhile is served in the next round: the
-largest allowed request delays a small one by about two rounds, not by its whole length.
+round takes at most `slice_tokens` of every active request (all of it when what is left fits
+in a round), least recently served first, up to `round_tokens` in all. One request with a 5 MB
+completion (thousands of windows) therefore advances a slice per round while a small request
+that arrives meanwhile is served whole in the next round: the largest allowed request delays a
+small one by about one slice plus the small request's own work, not by its whole length.
 
 Identical texts in flight are computed once, whichever requests asked for them. The event loop
 only enqueues and awaits a future; tokenising (`split`) runs in a helper thread.
@@ -235,6 +236,9 @@ class DynamicBatcher:
         for req in sorted(self._active, key=lambda r: (r.turn, r.seq)):
             ranges: list[tuple[_Job, int, int]] = []
             used = 0  # a slice takes whole pieces while they fit, and at least one
+            # A request whose remaining work fits in a round finishes in this round: a small
+            # request is answered after one round, not after several slices of its own.
+            limit = self.round_tokens if self._fits(req) else self.slice_tokens
             for job in req.jobs:
                 if not job.schedulable:
                     continue
@@ -242,7 +246,7 @@ class DynamicBatcher:
                 start = end = job.scheduled
                 while end < len(job.pieces) and count < self.max_round_pieces:
                     cost = job.pieces[end].tokens
-                    if used and used + cost > self.slice_tokens:
+                    if used and used + cost > limit:
                         break
                     used += cost
                     count += 1
@@ -259,6 +263,17 @@ class DynamicBatcher:
             if tokens >= self.round_tokens or count >= self.max_round_pieces:
                 break
         return taken
+
+    def _fits(self, req: _Request) -> bool:
+        left = 0
+        for job in req.jobs:
+            if job.schedulable:
+                assert job.pieces is not None
+                for p in job.pieces[job.scheduled :]:
+                    left += p.tokens
+                    if left > self.round_tokens:
+                        return False
+        return True
 
     def _run(self) -> None:
         while (round_ := self._take()) is not None:

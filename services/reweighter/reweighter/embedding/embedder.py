@@ -18,9 +18,10 @@ from reweighter.embedding.cache import EmbeddingCache, cache_key
 from reweighter.errors import InvalidInput
 
 # Tokens one request may put into a scheduling round (DynamicBatcher): the unit of fairness.
-# CPU: ~1024 tokens is 0.2-0.5 s of MiniLM on 2 cores, so a small request that arrives while a
-# huge one encodes waits about two such slices. A GPU does 32k tokens in milliseconds.
-CPU_SLICE_TOKENS = 1024
+# CPU: 512 tokens (two full windows) is 0.1-0.3 s of MiniLM on 2 cores, so a small request that
+# arrives while a huge one encodes waits about one slice plus its own work. A GPU does 32k
+# tokens in milliseconds.
+CPU_SLICE_TOKENS = 512
 CUDA_SLICE_TOKENS = 32768
 
 
