@@ -17,6 +17,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ..errors import ReweighterError
+from ..timings import collecting
 from .protocol import EngineProtocol
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
@@ -43,11 +44,46 @@ class _EngineCollector(Collector):
         ready.add_metric([], 1.0 if self.engine.ready else 0.0)
         yield ready
         embedder = self.engine.embedder
+        depth = GaugeMetricFamily(
+            "reweighter_queue_depth",
+            "requests waiting in or being served by the embedding batcher",
+        )
+        depth.add_metric([], float(getattr(getattr(embedder, "batcher", None), "pending", 0)))
+        yield depth
         stats = getattr(embedder, "stats", None)
         for name, doc in _STAT_COUNTERS.items():
             family = CounterMetricFamily(f"reweighter_{name}", doc)
             family.add_metric([], float(getattr(stats, name, 0) or 0))
             yield family
+
+
+_ASSEMBLY_COUNTERS = {
+    "members": "group members accepted for assembly (retries included)",
+    "timeouts": "members answered complete=false because their group was short at the timeout",
+    "groups_computed": "groups this instance reweighted once they were whole",
+    "conflicts": "members refused with Conflict or PreconditionFailed",
+}
+
+
+class _AssemblyCollector(Collector):
+    """Reads the group assembler's plain counters (reweighter.assembly) at scrape time."""
+
+    def __init__(self, assembler: Any) -> None:
+        self.assembler = assembler
+
+    def collect(self) -> Iterator[Any]:
+        for name, doc in _ASSEMBLY_COUNTERS.items():
+            family = CounterMetricFamily(f"reweighter_assembly_{name}", doc)
+            family.add_metric([], float(getattr(self.assembler.stats, name)))
+            yield family
+        gauges = {
+            "open_groups": ("groups with a member waiting on this instance", "open_groups"),
+            "waiting_members": ("members waiting for their group on this instance", "waiting"),
+        }
+        for name, (doc, attr) in gauges.items():
+            gauge = GaugeMetricFamily(f"reweighter_assembly_{name}", doc)
+            gauge.add_metric([], float(getattr(self.assembler, attr)))
+            yield gauge
 
 
 class Metrics:
@@ -81,6 +117,21 @@ class Metrics:
             buckets=_SIZE_BUCKETS,
             registry=self.registry,
         )
+        self.queue_time = Histogram(
+            "reweighter_queue_duration_seconds",
+            "per request: seconds its texts waited in the batcher before the encoder first "
+            "served them (requests answered wholly from the cache are not counted)",
+            ["transport", "endpoint"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.encode_time = Histogram(
+            "reweighter_encode_duration_seconds",
+            "per request: seconds in the embedder (cache, queue and encoder)",
+            ["transport", "endpoint"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
         self.batch_size = Histogram(
             "reweighter_encoder_batch_size",
             "texts per encoder batch (dynamic batching across requests)",
@@ -89,15 +140,22 @@ class Metrics:
         )
         self.registry.register(_EngineCollector(engine))
 
+    def watch_assembly(self, assembler: Any) -> None:
+        """Export a GroupAssembler's counters and gauges (reweighter_assembly_*)."""
+        self.registry.register(_AssemblyCollector(assembler))
+
     @contextmanager
     def track(self, transport: str, endpoint: str, method: str = "") -> Iterator[None]:
-        """Count and time one request; the outcome label is the error class, or ok."""
+        """Count and time one request; the outcome label is the error class, or ok. The
+        engine and batcher fill in the request's queue and encode times (reweighter.timings)."""
         start = time.perf_counter()
         gauge = self.in_flight.labels(transport)
         gauge.inc()
         status = "ok"
+        timings = None
         try:
-            yield
+            with collecting() as timings:
+                yield
         except ReweighterError as e:
             status = type(e).__name__
             raise
@@ -108,6 +166,10 @@ class Metrics:
             gauge.dec()
             self.latency.labels(transport, endpoint, method).observe(time.perf_counter() - start)
             self.requests.labels(transport, endpoint, method, status).inc()
+            if timings is not None and timings.encode_s is not None:
+                self.encode_time.labels(transport, endpoint).observe(timings.encode_s)
+            if timings is not None and timings.queue_s is not None:
+                self.queue_time.labels(transport, endpoint).observe(timings.queue_s)
 
     def count_rejected(self, transport: str, endpoint: str, status: str) -> None:
         """Requests refused before reaching a handler (schema errors, oversized bodies, auth)."""

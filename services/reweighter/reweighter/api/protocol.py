@@ -3,7 +3,7 @@ not on ReweightEngine (and a test or another engine can stand in without subclas
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Protocol
 
 from ..config import Settings
@@ -13,8 +13,6 @@ from ..types import EmbedResult, EngineInfo, ReweightRequest, ReweightResult
 
 class EngineProtocol(Protocol):
     settings: Settings
-    observe_encode: Callable[[float], None]
-    """Called with each async request's seconds inside the embedder (metrics hook)."""
 
     @property
     def ready(self) -> bool: ...

@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -28,6 +29,8 @@ import numpy as np
 
 from reweighter.embedding.base import Encoder, Piece
 from reweighter.errors import NotReady, Overloaded
+from reweighter.timings import RequestTimings
+from reweighter.timings import current as current_timings
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +69,8 @@ class _Request:
     resolved: bool = False
     seq: int = 0  # arrival order
     turn: int = -1  # the last round that served it (-1: never)
+    timings: RequestTimings | None = None  # filled in for the service's metrics, if collected
+    submitted: float = field(default_factory=time.perf_counter)
 
     @property
     def live(self) -> bool:
@@ -165,6 +170,7 @@ class DynamicBatcher:
                 index.append(slot[t])
             self._seq += 1
             req = _Request(jobs, index, fut, loop, open_jobs=len(jobs), seq=self._seq)
+            req.timings = current_timings()
             for job in jobs:
                 job.waiters.append(req)
             self._pending += 1
@@ -258,6 +264,8 @@ class DynamicBatcher:
                     break  # the slice is full
             tokens += used
             if ranges:
+                if req.turn == -1 and req.timings is not None:
+                    req.timings.queue_s = time.perf_counter() - req.submitted
                 req.turn = self._round
                 taken.append((req, ranges))
             if tokens >= self.round_tokens or count >= self.max_round_pieces:

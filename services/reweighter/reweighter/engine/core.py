@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -22,6 +22,7 @@ from ..embedding.base import Embedder
 from ..errors import NotReady
 from ..limits import Limits
 from ..methods import METHODS
+from ..timings import current as current_timings
 from ..types import (
     AdvantageKind,
     EmbedResult,
@@ -50,9 +51,6 @@ class ReweightEngine:
         self.settings = settings or Settings()
         self.limits = Limits.from_settings(self.settings)
         self._embedder = embedder
-        # Called with each async request's seconds inside the embedder (queue + encode); the
-        # service points it at its metrics. A plain callable keeps the engine Prometheus-free.
-        self.observe_encode: Callable[[float], None] = lambda seconds: None
         self._load_lock = threading.Lock()
         # The method math runs where the encoder does unless told otherwise: on a GPU host the
         # similarity bmm and the MMR loop then never leave the device.
@@ -127,13 +125,15 @@ class ReweightEngine:
         return EmbedResult(embedder.model_id, embedder.dim, await self._aencode(list(texts)))
 
     async def _aencode(self, texts: list[str]) -> np.ndarray:
-        """The async path's one call into the embedder, timed for `last_encode_s` observers."""
+        """The async path's one call into the embedder, timed for the request's metrics."""
         embedder = self._require_embedder(lazy=False)
+        timings = current_timings()
         start = time.perf_counter()
         try:
             return await embedder.aencode(texts)
         finally:
-            self.observe_encode(time.perf_counter() - start)
+            if timings is not None:
+                timings.encode_s = time.perf_counter() - start
 
     def validate(self, request: ReweightRequest) -> None:
         """Raise InvalidInput / LimitExceeded exactly as reweight would, without doing any work."""
