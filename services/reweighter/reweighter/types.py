@@ -11,7 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, TypedDict, TypeVar
+from typing import Any, TypeVar
+
+from typing_extensions import TypedDict  # pydantic (FastAPI's response_model) needs it on 3.11
 
 from .errors import InvalidInput
 
