@@ -226,3 +226,23 @@ def test_math_checker() -> None:
     assert not m(x("The answer is 8."), "7")
     assert m(x("we get \\boxed{x+1}"), "x + 1")
     assert not m(x("no numbers here"), "3")
+
+
+async def test_service_router_uses_the_service_key(engine, tokenizer) -> None:
+    """The router as the service mounts it (router_from_settings): same API key as /v1."""
+    settings = loopback(api_key="s3cret", openrlhf_n=2)
+    app = create_app(engine, settings)
+    app.state.assembler = GroupAssembler(engine, make_store(settings), settings)
+    app.include_router(openrlhf.router_from_settings(settings))
+    rows = problems(k=1, n=2, seed=13, tokenizer=tokenizer)
+    body = {"query": [p + " " + r for p, _, r in rows], "prompts": [p for p, _, _ in rows],
+            "labels": [lab for _, lab, _ in rows]}
+    with Served(app) as s:
+        async with httpx.AsyncClient(timeout=30) as c:
+            r = await c.post(s.url("/v1/openrlhf/reward"), json=body)
+            assert r.status_code == 401
+            r = await c.post(s.url("/v1/openrlhf/reward"), json=body,
+                             headers={"authorization": "Bearer s3cret"})
+    assert r.status_code == 200, r.text
+    assert r.json()["extra_logs"]["reweighted"] == [1.0, 1.0]  # n=2 from the settings
+    await app.state.assembler.aclose()

@@ -88,6 +88,13 @@ class Settings(BaseSettings):
         262144, description="members held in open groups (and waiting here) before 429"
     )
     assembly_prefix: str = Field("reweighter:asm:", description="Redis key prefix of assembly")
+    # OpenRLHF remote reward endpoint (/v1/openrlhf/reward; integrations/openrlhf.py)
+    openrlhf_n: int | None = Field(
+        None, ge=1, description="group size (n_samples_per_prompt) when the URL has no ?n="
+    )
+    openrlhf_upstream_url: str | None = Field(
+        None, description="base rewards from this OpenRLHF reward URL instead of the math checker"
+    )
     # transport
     host: str = Field("127.0.0.1", description="address both transports bind")
     http_port: int = Field(8080, description="HTTP port; 0 picks a free one")

@@ -34,7 +34,7 @@ from typing import Any
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field
 
-from ..errors import InvalidInput
+from ..errors import InvalidInput, NotReady
 from ._stacks import InProcessMembers, MemberBackend
 
 Verifier = Callable[[list[str], list[str], list[Any]], Awaitable[list[float]]]
@@ -229,7 +229,10 @@ def make_router(
     def backend(request: Request) -> MemberBackend:
         if members is not None:
             return members
-        return InProcessMembers(request.app.state.assembler)
+        assembler = getattr(request.app.state, "assembler", None)
+        if assembler is None:
+            raise NotReady("group assembly is not running in this service")
+        return InProcessMembers(assembler)
 
     @router.post(path)
     async def openrlhf_reward(
@@ -282,11 +285,19 @@ def make_router(
     return router
 
 
-def router_from_settings(settings: Any, dependencies: Sequence[Any] | None = None) -> APIRouter:
-    """The service's endpoint: the math checker, or `settings.openrlhf_upstream_url` when set;
-    `settings.openrlhf_n` is the group size when the URL gives no `?n=` (both optional)."""
+def router_from_settings(settings: Any) -> APIRouter:
+    """The service's endpoint, behind the service's API key: the math checker, or
+    `settings.openrlhf_upstream_url` when set; `settings.openrlhf_n` is the group size when
+    the URL gives no `?n=` (both optional)."""
+    from fastapi import Depends
+
+    from ..api.auth import check_bearer
+
+    def require_key(request: Request) -> None:
+        check_bearer(request.headers.get("authorization"), settings.api_key)
+
     upstream = getattr(settings, "openrlhf_upstream_url", None)
     verifier = upstream_verifier(upstream) if upstream else math_verifier()
     return make_router(
-        verifier, n=getattr(settings, "openrlhf_n", None), dependencies=dependencies
+        verifier, n=getattr(settings, "openrlhf_n", None), dependencies=[Depends(require_key)]
     )
