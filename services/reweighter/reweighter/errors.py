@@ -17,6 +17,12 @@ class ReweighterError(Exception):
     http_status = 500
     grpc_code = "INTERNAL"
 
+    def __init_subclass__(cls, status: tuple[int, str] | None = None, **kw: Any) -> None:
+        """`class X(ReweighterError, status=(http, grpc_code))`: one line says how it maps."""
+        super().__init_subclass__(**kw)
+        if status is not None:
+            cls.http_status, cls.grpc_code = status
+
     def __init__(
         self,
         message: str,
@@ -54,73 +60,52 @@ def _rebuild(cls: type[ReweighterError], message: str, field: str | None, kw: An
     return cls(message, field, **kw)
 
 
-class InvalidInput(ReweighterError, ValueError):
-    """Bad input: HTTP 422, gRPC INVALID_ARGUMENT."""
-
-    http_status = 422
-    grpc_code = "INVALID_ARGUMENT"
+class InvalidInput(ReweighterError, ValueError, status=(422, "INVALID_ARGUMENT")):
+    """Bad input, named by `field`. A ValueError too, so library callers (the method kernels)
+    can catch it the usual way."""
 
 
-class LimitExceeded(ReweighterError):
-    """A request over the configured size limits: HTTP 413, gRPC RESOURCE_EXHAUSTED."""
-
-    http_status = 413
-    grpc_code = "RESOURCE_EXHAUSTED"
+class LimitExceeded(ReweighterError, status=(413, "RESOURCE_EXHAUSTED")):
+    """A request over the configured size limits (reweighter.limits); retrying cannot help."""
 
 
-class Overloaded(ReweighterError):
-    """Too many requests queued: HTTP 429, gRPC RESOURCE_EXHAUSTED. Clients retry with backoff."""
-
-    http_status = 429
-    grpc_code = "RESOURCE_EXHAUSTED"
-
-
-class NotReady(ReweighterError):
-    """The model is still loading: HTTP 503, gRPC UNAVAILABLE. Clients retry."""
-
-    http_status = 503
-    grpc_code = "UNAVAILABLE"
+class Overloaded(ReweighterError, status=(429, "RESOURCE_EXHAUSTED")):
+    """Too many requests queued. Refused at once rather than queued without bound, so latency
+    stays bounded; clients retry with backoff (the same gRPC code as LimitExceeded, told apart
+    by the error type in the trailing metadata)."""
 
 
-class Unauthenticated(ReweighterError):
-    """Missing or wrong API key: HTTP 401, gRPC UNAUTHENTICATED."""
+class NotReady(ReweighterError, status=(503, "UNAVAILABLE")):
+    """The model is still loading (or the embedder is shutting down): clients retry."""
 
-    http_status = 401
-    grpc_code = "UNAUTHENTICATED"
+
+class Unauthenticated(ReweighterError, status=(401, "UNAUTHENTICATED")):
+    """Missing or wrong API key. Checked before the body is read, so an unauthenticated caller
+    costs no parsing."""
 
 
 # -- group assembly (issue 12) ---------------------------------------------------------------
 
 
-class Conflict(ReweighterError):
-    """The same group member sent again with a different payload: 409, gRPC ALREADY_EXISTS."""
-
-    http_status = 409
-    grpc_code = "ALREADY_EXISTS"
+class Conflict(ReweighterError, status=(409, "ALREADY_EXISTS")):
+    """The same group member sent again with a different payload."""
 
 
-class PreconditionFailed(ReweighterError):
-    """A member that does not fit its group (size, method, ...): 409, FAILED_PRECONDITION."""
-
-    http_status = 409
-    grpc_code = "FAILED_PRECONDITION"
+class PreconditionFailed(ReweighterError, status=(409, "FAILED_PRECONDITION")):
+    """A member that does not fit its group (size, method, ...): the group was opened with
+    other settings."""
 
 
-class StoreUnavailable(ReweighterError):
-    """The shared assembly store (Redis) cannot be reached: HTTP 503, gRPC UNAVAILABLE."""
-
-    http_status = 503
-    grpc_code = "UNAVAILABLE"
+class StoreUnavailable(ReweighterError, status=(503, "UNAVAILABLE")):
+    """The shared assembly store (Redis) cannot be reached: clients retry."""
 
 
 # -- client side -----------------------------------------------------------------------------
 
 
-class ConnectionFailed(ReweighterError):
-    """The service could not be reached (after retries): like 503 / UNAVAILABLE."""
-
-    http_status = 503
-    grpc_code = "UNAVAILABLE"
+class ConnectionFailed(ReweighterError, status=(503, "UNAVAILABLE")):
+    """The service could not be reached (after retries). Raised by the clients only; it maps
+    like a 503 so callers treat an unreachable service and a restarting one alike."""
 
 
 def error_from(

@@ -31,18 +31,22 @@ class LineError(ValueError):
 def _records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     with path.open(encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise LineError(f"line {lineno}: not valid JSON ({e.msg})") from e
-            if not isinstance(rec, dict):
-                raise LineError(f"line {lineno}: expected a JSON object")
-            for key in ("rewards",):
-                if key not in rec:
-                    raise LineError(f"line {lineno}: missing field {key!r}")
-            yield lineno, rec
+            if line.strip():
+                yield lineno, _record(line, lineno)
+
+
+def _record(line: str, lineno: int) -> dict[str, Any]:
+    """One line as a JSON object with the fields every group needs, or a LineError naming it."""
+    try:
+        rec = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise LineError(f"line {lineno}: not valid JSON ({e.msg})") from e
+    problem = None if isinstance(rec, dict) else "expected a JSON object"
+    if problem is None and "rewards" not in rec:
+        problem = "missing field 'rewards'"
+    if problem is not None:
+        raise LineError(f"line {lineno}: {problem}")
+    return rec
 
 
 def _group(rec: dict[str, Any]) -> Group:

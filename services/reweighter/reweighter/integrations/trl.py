@@ -102,8 +102,10 @@ class Timings:
     backend_s: float = 0.0
     """The backend call alone (main process)."""
     calls: int = 0
+    """Backend calls (one per training step and reward evaluation)."""
     groups: int = 0
     completions: int = 0
+    """Groups and completions reweighted, over all calls."""
 
     def as_dict(self) -> dict[str, float]:
         return dict(self.__dict__)

@@ -61,12 +61,8 @@ def _dra(
 
 
 def dra_from_similarity(
-    rewards: torch.Tensor,
-    sim: torch.Tensor,
-    *,
-    mask: torch.Tensor | None = None,
-    similarity_floor: float | None = 0.0,
-    eps: float = 1e-6,
+    rewards: torch.Tensor, sim: torch.Tensor, *, mask: torch.Tensor | None = None,
+    similarity_floor: float | None = 0.0, eps: float = 1e-6,
 ) -> torch.Tensor:
     """DRA on precomputed cosine similarities ([G, G] or [B, G, G]); see the module docstring.
 
@@ -79,12 +75,8 @@ def dra_from_similarity(
 
 
 def dra(
-    rewards: torch.Tensor,
-    embeddings: torch.Tensor,
-    *,
-    mask: torch.Tensor | None = None,
-    similarity_floor: float | None = 0.0,
-    eps: float = 1e-6,
+    rewards: torch.Tensor, embeddings: torch.Tensor, *, mask: torch.Tensor | None = None,
+    similarity_floor: float | None = 0.0, eps: float = 1e-6,
 ) -> torch.Tensor:
     """DRA-reweighted rewards, same shape as `rewards` ([G] or [B, G]); see the module docstring.
 

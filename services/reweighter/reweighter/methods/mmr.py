@@ -90,10 +90,7 @@ def _mmr(
 
 
 def mmr_from_similarity(
-    rewards: torch.Tensor,
-    sim: torch.Tensor,
-    *,
-    mask: torch.Tensor | None = None,
+    rewards: torch.Tensor, sim: torch.Tensor, *, mask: torch.Tensor | None = None,
     lam: Lambda = "adaptive",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """MMR on precomputed cosine similarities ([G, G] or [B, G, G]); see the module docstring.
@@ -111,10 +108,7 @@ def mmr_from_similarity(
 
 
 def mmr(
-    rewards: torch.Tensor,
-    embeddings: torch.Tensor,
-    *,
-    mask: torch.Tensor | None = None,
+    rewards: torch.Tensor, embeddings: torch.Tensor, *, mask: torch.Tensor | None = None,
     lam: Lambda = "adaptive",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """MMR-reweighted rewards and the λ used per group; see the module docstring.

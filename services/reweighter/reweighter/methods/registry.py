@@ -74,30 +74,21 @@ def _apply_none(
     return b.unbatch(b.rewards.clone()), None
 
 
+_DRA_DOC = (
+    "DRA-GRPO (arXiv 2505.09655): r_i / (sum_j s_ij + eps); a completion shares its reward "
+    "with the siblings it resembles."
+)
+_MMR_DOC = (
+    "MMR-GRPO (arXiv 2601.09085): greedy maximal-marginal-relevance order; each pick's reward "
+    "is lambda*r_i - (1-lambda)*max similarity to earlier picks."
+)
 METHODS: dict[str, MethodSpec] = {
-    Method.DRA: MethodSpec(
-        name=Method.DRA,
-        params_model=DraParams,
-        apply=_apply_dra,
-        needs_similarity=True,
-        description="DRA-GRPO (arXiv 2505.09655): r_i / (sum_j s_ij + eps); a completion "
-        "shares its reward with the siblings it resembles.",
-    ),
-    Method.MMR: MethodSpec(
-        name=Method.MMR,
-        params_model=MmrParams,
-        apply=_apply_mmr,
-        needs_similarity=True,
-        description="MMR-GRPO (arXiv 2601.09085): greedy maximal-marginal-relevance order; "
-        "each pick's reward is lambda*r_i - (1-lambda)*max similarity to earlier picks.",
-    ),
-    Method.NONE: MethodSpec(
-        name=Method.NONE,
-        params_model=NoneParams,
-        apply=_apply_none,
-        needs_similarity=False,
-        description="Rewards unchanged (the GRPO baseline).",
-    ),
+    spec.name: spec
+    for spec in (
+        MethodSpec(Method.DRA, DraParams, _apply_dra, True, _DRA_DOC),
+        MethodSpec(Method.MMR, MmrParams, _apply_mmr, True, _MMR_DOC),
+        MethodSpec(Method.NONE, NoneParams, _apply_none, False, "Rewards unchanged (GRPO)."),
+    )
 }
 
 
