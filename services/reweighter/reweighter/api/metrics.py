@@ -18,10 +18,29 @@ from prometheus_client.registry import Collector
 
 from ..errors import ReweighterError
 from ..timings import collecting
+from ..types import Method
 from .protocol import EngineProtocol
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 _SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384)
+
+# Label values come from these fixed sets, never from the client: a stream of made-up method
+# names or paths must not grow a series each (unknown -> "other").
+ENDPOINTS = frozenset(
+    {"reweight", "embed", "info", "members", "submit_member", "submitmembers", "root"}
+)
+METHODS = frozenset({"", *(m.value for m in Method)})
+OTHER = "other"
+
+
+def endpoint_label(name: str) -> str:
+    return name if name in ENDPOINTS else OTHER
+
+
+def method_label(name: object) -> str:
+    value = getattr(name, "value", name)
+    return value if isinstance(value, str) and value in METHODS else OTHER
+
 
 _STAT_COUNTERS = {
     "cache_hits": "embeddings served from the cache (in-process or Redis)",
@@ -148,6 +167,7 @@ class Metrics:
     def track(self, transport: str, endpoint: str, method: str = "") -> Iterator[None]:
         """Count and time one request; the outcome label is the error class, or ok. The
         engine and batcher fill in the request's queue and encode times (reweighter.timings)."""
+        endpoint, method = endpoint_label(endpoint), method_label(method)
         start = time.perf_counter()
         gauge = self.in_flight.labels(transport)
         gauge.inc()
@@ -173,7 +193,7 @@ class Metrics:
 
     def count_rejected(self, transport: str, endpoint: str, status: str) -> None:
         """Requests refused before reaching a handler (schema errors, oversized bodies, auth)."""
-        self.requests.labels(transport, endpoint, "", status).inc()
+        self.requests.labels(transport, endpoint_label(endpoint), "", status).inc()
 
     def render(self) -> bytes:
         self._drain_batch_sizes()

@@ -62,6 +62,7 @@ def check_texts(texts: Sequence[str], limits: Limits) -> None:
     for i, t in enumerate(texts):
         if not isinstance(t, str):
             raise InvalidInput("must be a string", field=f"inputs[{i}]")
+        _check_unicode(t, f"inputs[{i}]")
         chars += len(t)
     _within(chars, limits.max_chars, "characters", "inputs")
 
@@ -151,7 +152,19 @@ def _check_completions(values: Any, n: int, field: str) -> list[str]:
     for ci, t in enumerate(values):
         if not isinstance(t, str):
             raise InvalidInput("must be a string", field=f"{field}[{ci}]")
+        _check_unicode(t, f"{field}[{ci}]")
     return list(values)
+
+
+def _check_unicode(text: str, field: str) -> None:
+    """A lone surrogate ("\\ud800" in JSON) is no Unicode text: the tokenizer cannot take it."""
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise InvalidInput(
+                f"is not valid Unicode: lone surrogate at character {e.start}", field=field
+            ) from None
 
 
 def _check_rewards(values: Any, field: str) -> list[float]:
@@ -163,7 +176,10 @@ def _check_rewards(values: Any, field: str) -> list[float]:
     for j, v in enumerate(values):
         if isinstance(v, bool) or not isinstance(v, int | float | np.floating | np.integer):
             raise InvalidInput(f"must be a number, got {type(v).__name__}", field=f"{field}[{j}]")
-        f = float(v)
+        try:
+            f = float(v)
+        except OverflowError:  # a 400-digit integer literal
+            raise InvalidInput("is out of range for a float", field=f"{field}[{j}]") from None
         if not math.isfinite(f):
             raise InvalidInput(f"must be finite, got {f}", field=f"{field}[{j}]")
         out.append(f)
@@ -173,6 +189,8 @@ def _check_rewards(values: Any, field: str) -> list[float]:
 def _check_embeddings(values: Any, n: int, field: str) -> np.ndarray:
     try:
         arr = np.asarray(values, dtype=np.float32)
+    except OverflowError:  # an integer literal beyond any float
+        raise InvalidInput("has a number out of range for a float", field=field) from None
     except (TypeError, ValueError) as e:
         raise InvalidInput("must be a list of equal-length lists of numbers", field=field) from e
     if arr.ndim != 2:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..errors import InvalidInput
 from ..methods import METHODS, batched_advantages, batched_cosine, batched_mean_similarity
 from ..methods._checks import Batch
 from ..types import AdvantageKind, GroupResult, GroupStats, ReweightResult
@@ -23,10 +24,12 @@ def reweight_checked(
     b = len(vectors)
     g_max = max(len(r) for r in checked.rewards)
     with torch.inference_mode():
-        rewards = torch.zeros(b, g_max, dtype=torch.float32, device=device)
+        # float64: rewards are any finite doubles (3e38, 1e20 apart from 0); in float32 their
+        # sums overflow or their differences round away. The similarities stay float32.
+        rewards = torch.zeros(b, g_max, dtype=torch.float64, device=device)
         mask = torch.zeros(b, g_max, dtype=torch.bool, device=device)
         for i, r in enumerate(checked.rewards):
-            rewards[i, : len(r)] = torch.tensor(r, dtype=torch.float32)
+            rewards[i, : len(r)] = torch.tensor(r, dtype=torch.float64)
             mask[i, : len(r)] = True
         sim = batched_similarity(vectors, g_max, device)
         new, lam = spec.apply(rewards, sim, mask, checked.params)
@@ -35,6 +38,7 @@ def reweight_checked(
         if checked.advantages != AdvantageKind.NONE:
             adv = batched_advantages(Batch(new, ragged, False), checked.advantages)
         mean_sim = batched_mean_similarity(sim, ragged)
+        _all_finite(new, adv, mask)
         new_l, mean_l = new.cpu().tolist(), mean_sim.cpu().tolist()
         adv_l = adv.cpu().tolist() if adv is not None else None
         lam_l = lam.cpu().tolist() if lam is not None else None
@@ -54,6 +58,21 @@ def reweight_checked(
             )
         )
     return ReweightResult(method=checked.method.value, model=model, groups=out)
+
+
+def _all_finite(new: torch.Tensor, adv: torch.Tensor | None, mask: torch.Tensor) -> None:
+    """Rewards near the float64 range can still overflow (a sum, a square): refuse the group
+    rather than answer a NaN or an infinity."""
+    bad = ~torch.isfinite(new) & mask
+    if adv is not None:
+        bad |= ~torch.isfinite(adv) & mask
+    if bool(bad.any()):
+        i = int(bad.any(-1).nonzero()[0])
+        raise InvalidInput(
+            "values too large to reweight: the result overflows a 64-bit float; "
+            "scale the rewards down",
+            field=f"groups[{i}].rewards",
+        )
 
 
 def batched_similarity(vectors: list[np.ndarray], g_max: int, dev: torch.device) -> torch.Tensor:

@@ -46,12 +46,10 @@ class MmrParams(BaseModel):
         if v == "adaptive" and isinstance(v, str):
             return v
         x: float | None = None
-        if isinstance(v, int | float) and not isinstance(v, bool):
-            x = float(v)
-        elif isinstance(v, str):
+        if isinstance(v, int | float) and not isinstance(v, bool):  # "0.5" (a string) is not
             try:
                 x = float(v)
-            except ValueError:
+            except OverflowError:  # an integer literal beyond any float
                 x = None
         if x is None or not math.isfinite(x) or not 0.0 <= x <= 1.0:
             raise ValueError(f'must be a number in [0, 1] or "adaptive", got {v!r}')
