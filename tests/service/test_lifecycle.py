@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -161,6 +162,39 @@ def test_flags_override_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     )
     with pytest.raises(SystemExit):
         parser.parse_args(["--long-text", "middle"])
+
+
+@pytest.mark.parametrize(
+    ("flags", "want"),
+    [([], "auto"), (["--compile"], "on"), (["--compile", "off"], "off"), (["--no-compile"], "off")],
+)
+def test_compile_is_a_flag(monkeypatch: pytest.MonkeyPatch, flags: list[str], want: str) -> None:
+    monkeypatch.delenv("REWEIGHTER_COMPILE", raising=False)
+    parser = configure_parser(argparse.ArgumentParser())
+    assert settings_from_args(parser.parse_args(flags)).compile == want
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--compile", "maybe"])
+
+
+def test_every_setting_is_a_flag_and_help_has_no_stale_figures() -> None:
+    from reweighter import cli
+    from reweighter.config import Settings
+
+    parser = configure_parser(argparse.ArgumentParser())
+    flags = {a.dest for a in parser._actions}
+    assert set(Settings.model_fields) <= flags
+    # Defaults in the help come from the fields themselves. A setting whose default is decided
+    # at run time (per device) must not quote figures in its description: they go stale.
+    for name, field in Settings.model_fields.items():
+        if field.default is None:
+            assert not re.search(r"\d{3,}", field.description or ""), (name, field.description)
+    assert "default unset" in parser.format_help()
+    # The offline command takes the model settings, generated the same way.
+    args = cli.build_parser().parse_args(
+        ["reweight", "in.jsonl", "out.jsonl", "--long-text", "tail", "--no-compile"]
+    )
+    s = settings_from_args(args)
+    assert (s.long_text, s.compile) == ("tail", "off")
 
 
 def test_cli_serve_subcommand_is_wired() -> None:

@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import math
+import pickle
 
 import numpy as np
 import pytest
 
 from reweighter.config import Settings
 from reweighter.engine import ReweightEngine
-from reweighter.errors import InvalidInput, LimitExceeded, NotReady
-from reweighter.types import Group, ReweightRequest
+from reweighter.errors import (
+    ConnectionFailed,
+    InvalidInput,
+    LimitExceeded,
+    NotReady,
+    Overloaded,
+    ReweighterError,
+    error_from,
+)
+from reweighter.types import AdvantageKind, Group, LongTextPolicy, Method, ReweightRequest
 
 
 @pytest.fixture(scope="module")
@@ -136,6 +145,17 @@ def test_bad_groups_name_the_field(bare: ReweightEngine, group: Group, field: st
         ({"method": "mmr", "params": {"similarity_floor": 0.0}}, "params.similarity_floor"),
         ({"method": "mmr", "params": {"lambda": 1.5}}, "params.lambda"),
         ({"method": "none", "params": {"lambda": 0.5}}, "params.lambda"),
+        # The kernels trust the engine's parameters: every rule the public kernels check on
+        # their keyword arguments is checked here, on the one validation path, as well.
+        ({"method": "mmr", "params": {"lambda": -0.1}}, "params.lambda"),
+        ({"method": "mmr", "params": {"lambda": math.nan}}, "params.lambda"),
+        ({"method": "mmr", "params": {"lambda": "fast"}}, "params.lambda"),
+        ({"method": "mmr", "params": {"lambda": True}}, "params.lambda"),
+        ({"method": "dra", "params": {"similarity_floor": 2.0}}, "params.similarity_floor"),
+        ({"method": "dra", "params": {"similarity_floor": math.nan}}, "params.similarity_floor"),
+        ({"method": "dra", "params": {"eps": 0.0}}, "params.eps"),
+        ({"method": "dra", "params": {"eps": math.inf}}, "params.eps"),
+        ({"method": ["dra"]}, "method"),
         ({"advantages": "ppo"}, "advantages"),
         ({"groups": []}, "groups"),
     ],
@@ -212,3 +232,38 @@ def test_info_lists_methods_and_limits(engine: ReweightEngine) -> None:
     assert "lambda" in info["methods"]["mmr"]["params"]["properties"]
     assert info["dim"] == 384 and info["ready"] is True
     assert info["limits"]["max_groups"] == engine.settings.max_groups
+
+
+def test_names_are_enums_equal_to_their_strings(bare: ReweightEngine) -> None:
+    group = Group(rewards=[1.0, 0.5], embeddings=[[1.0, 0.0], [0.6, 0.8]])
+    by_enum = bare.reweight(ReweightRequest([group], Method.MMR, {"lambda": 0.5}, "grpo"))
+    by_name = bare.reweight(
+        ReweightRequest([group], "mmr", {"lambda": 0.5}, AdvantageKind.GRPO)
+    )
+    assert by_enum == by_name and by_enum.method == "mmr"
+    assert by_enum.groups[0].advantages is not None
+    with pytest.raises(InvalidInput, match=r"unknown method 'ucb'; known: dra, mmr, none"):
+        bare.reweight(ReweightRequest([group], "ucb"))
+    with pytest.raises(InvalidInput, match=r"unknown advantage kind 'ppo'; known: grpo, dr_grpo"):
+        bare.reweight(ReweightRequest([group], advantages="ppo"))
+    info = bare.info()
+    assert info["advantages"] == [k.value for k in AdvantageKind]
+    assert set(info["methods"]) == {m.value for m in Method}
+    assert info["long_text"] in {p.value for p in LongTextPolicy}
+
+
+def test_errors_are_immutable_and_survive_pickling() -> None:
+    err = Overloaded("queue full", field="groups", retry_after=2.0)
+    with pytest.raises(AttributeError, match="immutable"):
+        err.field = "other"  # type: ignore[misc]
+    with pytest.raises(AttributeError, match="immutable"):
+        err.http_status = 500  # type: ignore[misc]
+    back = pickle.loads(pickle.dumps(err))
+    assert type(back) is Overloaded and str(back) == "groups: queue full"
+    assert (back.field, back.retry_after, back.http_status) == ("groups", 2.0, 429)
+    rebuilt = error_from("LimitExceeded", "too big", "groups[0]")
+    assert isinstance(rebuilt, LimitExceeded) and rebuilt.field == "groups[0]"
+    assert type(error_from("NoSuchError", "x", None)) is ReweighterError
+    assert (ConnectionFailed.http_status, ConnectionFailed.grpc_code) == (503, "UNAVAILABLE")
+    custom = ReweighterError("teapot", http_status=418)
+    assert custom.http_status == 418 and ReweighterError.http_status == 500
