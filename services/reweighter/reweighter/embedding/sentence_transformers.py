@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 import torch
 
-from reweighter.config import LongTextPolicy
 from reweighter.embedding.base import Encoder, Piece
+from reweighter.types import LongTextPolicy
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
