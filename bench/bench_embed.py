@@ -38,7 +38,6 @@ import math
 import os
 import platform
 import random
-import socket
 import statistics
 import subprocess
 import sys
@@ -51,6 +50,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np  # noqa: E402
+
+from reweighter.service import free_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -130,12 +131,6 @@ class Result:
     tokens_s: list[float] = field(default_factory=list)
     gflops: list[float] = field(default_factory=list)
     note: str = ""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_ready(url: str, proc: subprocess.Popen, timeout: float = 180.0) -> bool:

@@ -21,7 +21,6 @@ import json
 import os
 import platform
 import random
-import socket
 import statistics
 import subprocess
 import sys
@@ -34,6 +33,7 @@ from reweighter.client import (
     GrpcReweighterClient,
     ReweighterClient,
 )
+from reweighter.service import free_port as _free_port
 from reweighter.types import Group, ReweightRequest
 
 OUT = Path(__file__).resolve().parent / "out"
@@ -73,12 +73,6 @@ class Texts:
 def _request(texts: list[str]) -> ReweightRequest:
     rewards = [float(i % 2) for i in range(len(texts))]
     return ReweightRequest(groups=[Group(rewards, texts)], method="dra", advantages="grpo")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_service(device: str | None) -> tuple[subprocess.Popen, str, str]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -14,16 +13,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from reweighter.service import free_port
+
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 FAKES = REPO / "tests" / "fakes"
 sys.path.insert(0, str(FAKES))
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _env() -> dict[str, str]:
