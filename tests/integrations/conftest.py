@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 
 import pytest
@@ -10,15 +9,9 @@ import pytest
 from reweighter.client import RetryPolicy, ReweighterClient
 from reweighter.config import Settings
 from reweighter.engine import ReweightEngine
-from reweighter.server import BackgroundService
+from reweighter.service import BackgroundService, free_port  # noqa: F401 (used by the tests)
 
 NO_RETRY = RetryPolicy(retries=0)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def loopback(**overrides: object) -> Settings:
