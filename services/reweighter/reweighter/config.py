@@ -95,6 +95,22 @@ class Settings(BaseSettings):
     openrlhf_upstream_url: str | None = Field(
         None, description="base rewards from this OpenRLHF reward URL instead of the math checker"
     )
+    # connections (docs/operations.md): a flood of idle or slow clients must not lock others out
+    max_connections: int = Field(
+        16384,
+        description="open HTTP connections (and concurrent gRPC calls); at the bound a new "
+        "connection closes the oldest idle one, or gets 429 when none is idle. Waiting "
+        "group-assembly members each hold one, so keep it above the members you expect",
+    )
+    header_timeout_s: float = Field(
+        10.0, gt=0, le=30, description="a connection must send a complete request head in this"
+    )
+    body_timeout_s: float = Field(
+        30.0, gt=0, le=30, description="a request body must arrive within this of its head"
+    )
+    keepalive_timeout_s: float = Field(
+        5.0, gt=0, le=30, description="an idle keep-alive connection is closed after this"
+    )
     # transport
     host: str = Field("127.0.0.1", description="address both transports bind")
     http_port: int = Field(8080, description="HTTP port; 0 picks a free one")

@@ -13,12 +13,16 @@ import logging
 import signal
 import sys
 
+from . import logs
 from .config import Settings, add_settings_flags, settings_from_args
 from .service import BackgroundService, Service
+from .shutdown import exit_watchdog
 
 log = logging.getLogger("reweighter.server")
 
 DEFAULT_GRACE_S = 30.0
+EXIT_MARGIN_S = 5.0
+"""The process exits at the latest this long after the grace period ends."""
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -38,6 +42,7 @@ def main(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    logs.install()  # no credentials in any line, no floods of one repeated line
     try:
         return asyncio.run(_serve_until_signal(settings, args.shutdown_grace))
     except OSError as e:  # a port in use, an unknown host
@@ -48,6 +53,7 @@ def main(args: argparse.Namespace) -> int:
 async def _serve_until_signal(settings: Settings, grace: float) -> int:
     service = Service(settings)
     await service.start()
+    logs.install()  # again: uvicorn configured its own handlers while starting
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, service.request_stop)
@@ -59,6 +65,7 @@ async def _serve_until_signal(settings: Settings, grace: float) -> int:
         # a second signal while draining forces the exit
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, service.force_stop)
+        exit_watchdog(grace + EXIT_MARGIN_S)  # whatever still runs then, the process ends
         await service.stop(grace)
 
 

@@ -19,8 +19,10 @@ from typing import Any
 
 import uvicorn
 
+from .api.http.connections import ConnectionGuard, connection_bound, guarded_protocol
 from .api.protocol import EngineProtocol
 from .config import Settings
+from .shutdown import Draining
 
 log = logging.getLogger("reweighter.server")
 
@@ -75,14 +77,22 @@ class Service:
         from .api.metrics import Metrics
 
         s = self.settings
+        # the transports reach the engine through the drain: see stop()
+        self.draining = Draining(self.engine)
         self.metrics = Metrics(self.engine)
-        self.app = create_app(self.engine, s, metrics=self.metrics)
-        self.grpc = create_grpc_server(self.engine, s, metrics=self.metrics)
+        self.app = create_app(self.draining, s, metrics=self.metrics)
+        self.grpc = create_grpc_server(self.draining, s, metrics=self.metrics)
         self.grpc_port = self.grpc.port
         sock = _bind(s.host, s.http_port)
         self.http_port = sock.getsockname()[1]
+        self.connections = ConnectionGuard(
+            connection_bound(s.max_connections), s.header_timeout_s, s.body_timeout_s
+        )
+        self.metrics.watch_connections(self.connections)
         config = uvicorn.Config(
             self.app,
+            http=guarded_protocol(self.connections),  # TCP_NODELAY, deadlines, the bound
+            timeout_keep_alive=s.keepalive_timeout_s,
             lifespan="off",
             log_level=s.log_level.lower(),
             log_config=self._log_config,
@@ -133,16 +143,26 @@ class Service:
         return self._exit_code
 
     async def stop(self, grace: float = 30.0) -> None:
-        """Stop accepting, let in-flight requests finish (up to `grace` s), release the engine."""
+        """Stop accepting, let in-flight requests finish (up to `grace` s), release the engine.
+
+        Just before `grace` runs out, calls still running are answered NotReady (503 /
+        UNAVAILABLE, retryable) and their encoder work dropped, so the servers can close
+        with every request answered; the engine then gets a few seconds to stop its thread."""
         self._stop.set()
-        self.http.config.timeout_graceful_shutdown = max(1, int(grace))
+        loop = asyncio.get_running_loop()
+        drain = loop.call_later(max(0.0, grace - 0.5), self.draining.expire)
+        self.http.config.timeout_graceful_shutdown = grace + 2.0
         self.http.should_exit = True
         await asyncio.gather(self.grpc.stop(grace), self._tasks[0], return_exceptions=True)
+        drain.cancel()
         for task in self._tasks[1:]:
             if not task.done():
                 task.cancel()
         if self._owns_engine:
-            await self.engine.aclose()
+            try:
+                await asyncio.wait_for(self.engine.aclose(), timeout=3.0)
+            except TimeoutError:
+                log.warning("the encoder did not stop within 3 s of the drain; leaving it")
 
 
 def _bind(host: str, port: int) -> socket.socket:

@@ -105,6 +105,29 @@ class _AssemblyCollector(Collector):
             yield gauge
 
 
+class _ConnectionCollector(Collector):
+    """Reads the HTTP connection guard's counters (api/http/connections.py) at scrape time."""
+
+    def __init__(self, guard: Any) -> None:
+        self.guard = guard
+
+    def collect(self) -> Iterator[Any]:
+        open_ = GaugeMetricFamily("reweighter_http_connections", "open HTTP connections")
+        open_.add_metric([], float(len(self.guard.open)))
+        yield open_
+        limit = GaugeMetricFamily("reweighter_http_connections_max", "the connection bound")
+        limit.add_metric([], float(self.guard.max_connections))
+        yield limit
+        for name, doc in {
+            "evicted": "idle connections closed to make room for a new one (bound reached)",
+            "refused": "connections refused with 429: the bound reached, none idle",
+            "timed_out": "connections closed for a request head or body not sent in time",
+        }.items():
+            family = CounterMetricFamily(f"reweighter_http_connections_{name}", doc)
+            family.add_metric([], float(getattr(self.guard, name)))
+            yield family
+
+
 class Metrics:
     def __init__(self, engine: EngineProtocol) -> None:
         self.engine = engine
@@ -158,6 +181,10 @@ class Metrics:
             registry=self.registry,
         )
         self.registry.register(_EngineCollector(engine))
+
+    def watch_connections(self, guard: Any) -> None:
+        """Export the HTTP connection guard's gauges and counters (reweighter_http_*)."""
+        self.registry.register(_ConnectionCollector(guard))
 
     def watch_assembly(self, assembler: Any) -> None:
         """Export a GroupAssembler's counters and gauges (reweighter_assembly_*)."""

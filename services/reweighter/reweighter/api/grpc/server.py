@@ -18,6 +18,7 @@ from .._proto.reweighter.v1 import reweighter_pb2_grpc as pb_grpc
 from ..auth import check_bearer
 from ..metrics import Metrics
 from ..protocol import EngineProtocol
+from .guard import DecodeGuard
 from .servicer import ReweighterServicer, abort
 
 log = logging.getLogger(__name__)
@@ -63,9 +64,12 @@ class GrpcServer:
 
     def __init__(self, engine: EngineProtocol, settings: Settings, metrics: Metrics) -> None:
         interceptors = [_ApiKeyInterceptor(settings.api_key, metrics)] if settings.api_key else []
+        interceptors.append(DecodeGuard())  # after the key: no decoding for strangers
         self.server = grpc.aio.server(
             interceptors=interceptors,
             options=grpc_server_options(settings),
+            # beyond this many calls at once: RESOURCE_EXHAUSTED (docs/operations.md)
+            maximum_concurrent_rpcs=settings.max_connections,
         )
         self.engine = engine
         self.health = health.aio.HealthServicer()

@@ -13,6 +13,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
 
 from ... import __version__
 from ...config import Settings
@@ -64,9 +65,29 @@ def create_app(
         body = ErrorOut.from_error(InvalidInput(message, field=field)).model_dump()
         return JSONResponse(body, status_code=422)
 
+    @app.exception_handler(HTTPException)
+    async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        """Framework refusals (a body that is not JSON or not UTF-8, nesting too deep, an
+        unknown path) in the same shape as every other error."""
+        kind = _HTTP_ERROR_TYPES.get(exc.status_code, "HTTPError")
+        if exc.status_code < 500:
+            metrics.count_rejected("http", endpoint_name(request.url.path), kind)
+        body = {"error": {"message": str(exc.detail), "field": None, "type": kind}}
+        return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
+
     app.include_router(build_router(engine, settings, metrics))
-    app.add_middleware(BodyLimit, limit=max_body_bytes(settings), metrics=metrics)
+    limit = max_body_bytes(settings)
+    app.add_middleware(BodyLimit, limit=limit, metrics=metrics, api_key=settings.api_key)
     return app
+
+
+_HTTP_ERROR_TYPES = {
+    400: "InvalidInput",
+    401: "Unauthenticated",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    413: "LimitExceeded",
+}
 
 
 def validation_field(error: Mapping[str, Any], known: set[str]) -> str | None:

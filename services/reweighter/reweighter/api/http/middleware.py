@@ -1,11 +1,18 @@
-"""ASGI middleware of the HTTP transport: the body-size limit, enforced before any parsing."""
+"""ASGI middleware of the HTTP transport: the API key and the body-size limit, both enforced
+before a byte of the body is read.
+
+Checking the key in a route dependency is too late: FastAPI reads and parses the whole body
+first, so an unauthenticated client could make the server read 100+ MB. A refusal here answers
+at once with `connection: close`, so the server stops reading the rest of the body too.
+"""
 
 from __future__ import annotations
 
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ...errors import LimitExceeded
+from ...errors import LimitExceeded, ReweighterError, Unauthenticated
+from ..auth import check_bearer
 from ..metrics import Metrics
 from .schemas import ErrorOut
 
@@ -15,24 +22,38 @@ def endpoint_name(path: str) -> str:
     return path.rsplit("/", 1)[-1] or "root"
 
 
+PROTECTED_PREFIX = "/v1/"
+
+
 class BodyLimit:
-    """413 for bodies over the limit, before anything parses them.
+    """401 without the API key (on /v1/ routes), then 413 for bodies over the limit, before
+    anything reads or parses them.
 
     A declared Content-Length is checked up front (the server enforces that framing); a chunked
     body is read, counted and replayed.
     """
 
-    def __init__(self, app: ASGIApp, limit: int, metrics: Metrics) -> None:
-        self.app, self.limit, self.metrics = app, limit, metrics
+    def __init__(
+        self, app: ASGIApp, limit: int, metrics: Metrics, api_key: str | None = None
+    ) -> None:
+        self.app, self.limit, self.metrics, self.api_key = app, limit, metrics, api_key
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = dict(scope.get("headers", [])).get(b"content-length")
+        headers = dict(scope.get("headers", []))
+        if self.api_key and scope.get("path", "").startswith(PROTECTED_PREFIX):
+            auth = headers.get(b"authorization")
+            try:
+                check_bearer(auth.decode("latin-1") if auth else None, self.api_key)
+            except Unauthenticated as exc:
+                await self._refuse(scope, send, exc)
+                return
+        declared = headers.get(b"content-length")
         if declared is not None:
             if declared.isdigit() and int(declared) > self.limit:
-                await self._refuse(scope, send, int(declared))
+                await self._refuse(scope, send, self._too_big(int(declared)))
                 return
             await self.app(scope, receive, send)
             return
@@ -44,7 +65,7 @@ class BodyLimit:
             chunks.append(message.get("body", b""))
             size += len(chunks[-1])
             if size > self.limit:
-                await self._refuse(scope, send, size)
+                await self._refuse(scope, send, self._too_big(size))
                 return
             more = message.get("more_body", False)
         body = b"".join(chunks)
@@ -59,11 +80,16 @@ class BodyLimit:
 
         await self.app(scope, replay, send)
 
-    async def _refuse(self, scope: Scope, send: Send, size: int) -> None:
-        exc = LimitExceeded(f"request body of {size}+ bytes exceeds the limit of {self.limit}")
-        self.metrics.count_rejected("http", endpoint_name(scope.get("path", "")), "LimitExceeded")
+    def _too_big(self, size: int) -> LimitExceeded:
+        return LimitExceeded(f"request body of {size}+ bytes exceeds the limit of {self.limit}")
+
+    async def _refuse(self, scope: Scope, send: Send, exc: ReweighterError) -> None:
+        """Answer now and close: the unread rest of the body is never read."""
+        path = endpoint_name(scope.get("path", ""))
+        self.metrics.count_rejected("http", path, type(exc).__name__)
         body = ErrorOut.from_error(exc).model_dump()
-        response = JSONResponse(body, status_code=413)
+        headers = {"connection": "close"}
+        response = JSONResponse(body, status_code=exc.http_status, headers=headers)
         await response(scope, _no_receive, send)
 
 

@@ -52,6 +52,20 @@ AdvantageName = _names(AdvantageKind, "advantage estimator computed after reweig
 # NaN and infinity pass through to the engine, which rejects them with the same message on
 # both transports (JSON has no NaN, but Python clients can send it).
 _WIRE = ConfigDict(extra="forbid")
+# Documented for generated clients; the engine still judges (its messages name the field).
+_NON_EMPTY: dict[str, Any] = {"minItems": 1}
+
+
+def _params_schema(schema: dict[str, Any]) -> None:
+    """`params` as one of the methods' parameter schemas (the models the engine validates)."""
+    from ...methods.params import DraParams, MmrParams, NoneParams
+
+    schema["anyOf"] = [
+        {"title": title, **m.model_json_schema(by_alias=True)}
+        for title, m in (("dra", DraParams), ("mmr", MmrParams), ("none", NoneParams))
+    ]
+
+
 _ABSENT_IF_NONE = {"default": None, "exclude_if": lambda v: v is None}
 
 
@@ -59,11 +73,13 @@ class GroupIn(BaseModel):
     model_config = _WIRE
 
     id: StrictStr | None = Field(None, description="echoed back in the result")
-    rewards: list[Number] = Field(..., description="one base reward per completion")
-    completions: list[StrictStr] | None = Field(
+    rewards: list[Number] = Field(
+        ..., description="one base reward per completion", json_schema_extra=_NON_EMPTY
+    )
+    completions: Annotated[list[StrictStr], Field(json_schema_extra=_NON_EMPTY)] | None = Field(
         None, description="the group's completions (texts); or give `embeddings`"
     )
-    embeddings: list[list[Number]] | None = Field(
+    embeddings: Annotated[list[list[Number]], Field(json_schema_extra=_NON_EMPTY)] | None = Field(
         None, description="precomputed vectors, one per completion ([G][D]); or give `completions`"
     )
 
@@ -81,9 +97,10 @@ class ReweightIn(BaseModel):
             "the chosen method's parameters only: dra {similarity_floor: number | null}, "
             'mmr {lambda: number in [0, 1] | "adaptive"}'
         ),
+        json_schema_extra=_params_schema,
     )
     advantages: AdvantageName = AdvantageKind.NONE.value
-    groups: list[GroupIn]
+    groups: list[GroupIn] = Field(..., json_schema_extra=_NON_EMPTY)
 
     def to_request(self) -> ReweightRequest:
         return ReweightRequest(
