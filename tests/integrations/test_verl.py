@@ -99,14 +99,18 @@ def sample(tokenizer: Any, uid: str, text: str, gold: str, split: str = "train")
     return DataProto(batch=batch, non_tensor_batch=ntb)
 
 
-def make_batch(tokenizer: Any, prompts: int, n: int, seed: int = 0) -> list[tuple[str, str, Any]]:
+def make_batch(
+    tokenizer: Any, prompts: int, n: int, seed: int = 0, tag: str = ""
+) -> list[tuple[str, str, Any]]:
+    """verl gives every prompt of a step a fresh uid; `tag` keeps tests' uids apart."""
     rng = random.Random(seed)
     out = []
     for p in range(prompts):
         a, b = 10 + p, 20 + p
         for k in range(n):
             text = f"case {k} " + WAYS[(p + k) % len(WAYS)].format(a=a, b=b)
-            out.append((f"uid-{p}", text, sample(tokenizer, f"uid-{p}", text, str(a))))
+            uid = f"uid-{tag}{p}"
+            out.append((uid, text, sample(tokenizer, uid, text, str(a))))
     rng.shuffle(out)
     return out
 
@@ -165,6 +169,27 @@ async def test_groups_assembled_across_workers_in_process(engine, tokenizer, tmp
         assert info["reweighter_raw"] == (1.0 if gold in text else 0.0)  # the base reward
         assert 0.0 < info["reweighter_similarity"] <= 1.0
     assert any(o["reward_score"] != o["reward_extra_info"]["reweighter_raw"] for o in outs)
+
+
+async def test_member_key_makes_reruns_idempotent(engine, tokenizer, tmp_path) -> None:
+    """With a per-sample id column (reward.reweighter.member_key), a re-run of a sample is the
+    same member: it gets the same answer, and the group is computed once."""
+    n = 3
+    settings = loopback()
+    assembler = GroupAssembler(engine, make_store(settings), settings)
+    try:
+        batch = make_batch(tokenizer, prompts=2, n=n, seed=4, tag="key")
+        for i, (_, _, d) in enumerate(batch):
+            d.non_tensor_batch["sample_id"] = np.array([f"s{i:03d}"], dtype=object)
+        config = verl_config(tmp_path, n, member_key="sample_id")
+        members = InProcessMembers(assembler)
+        outs = await run_two_workers(config, batch, members)
+        computed = assembler.stats.groups_computed
+        again = await run_two_workers(config, batch[:2], members)
+    finally:
+        await assembler.aclose()
+    assert [o["reward_score"] for o in again] == [o["reward_score"] for o in outs[:2]]
+    assert assembler.stats.groups_computed == computed == 2
 
 
 async def test_validation_passes_raw_rewards_through(engine, tokenizer, tmp_path) -> None:
