@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -33,6 +34,8 @@ class SyncClient(Generic[A]):
             target=self._loop.run_forever, name="reweighter-client", daemon=True
         )
         self._thread.start()
+        # A client dropped without close() still stops its loop thread when collected.
+        weakref.finalize(self, _stop, self._loop)
 
         async def build() -> A:  # grpc.aio and httpx want the loop that will use them
             return make()
@@ -59,7 +62,7 @@ class SyncClient(Generic[A]):
         try:
             self._run(self.aio.close())
         finally:
-            self._loop.call_soon_threadsafe(self._loop.stop)
+            _stop(self._loop)
             self._thread.join(timeout=10)
             self._loop.close()
 
@@ -68,3 +71,8 @@ class SyncClient(Generic[A]):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _stop(loop: asyncio.AbstractEventLoop) -> None:
+    if not loop.is_closed():
+        loop.call_soon_threadsafe(loop.stop)
