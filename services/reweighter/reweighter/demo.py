@@ -15,7 +15,7 @@ import httpx
 
 from .config import Settings
 from .service import free_port
-from .types import Group, ReweightRequest, ReweightResult
+from .types import AdvantageKind, Group, Method, ReweightRequest, ReweightResult
 
 PROMPT = "What is 17 * 24?"
 _COPIES = [
@@ -68,9 +68,8 @@ def _wait_ready(url: str, proc: subprocess.Popen, timeout: float = 180.0) -> Non
 def _requests() -> dict[str, ReweightRequest]:
     group = [Group(rewards=REWARDS, completions=COMPLETIONS, id="17x24")]
     return {
-        "GRPO": ReweightRequest(groups=group, method="none", advantages="grpo"),
-        "DRA": ReweightRequest(groups=group, method="dra", advantages="grpo"),
-        "MMR": ReweightRequest(groups=group, method="mmr", advantages="grpo"),
+        name: ReweightRequest(groups=group, method=method, advantages=AdvantageKind.GRPO)
+        for name, method in (("GRPO", Method.NONE), ("DRA", Method.DRA), ("MMR", Method.MMR))
     }
 
 

@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from .config import Settings
 from .errors import ReweighterError
-from .types import Group, ReweightRequest
+from .types import AdvantageKind, Group, Method, ReweightRequest
 
 _GROUP_FIELD = re.compile(r"^groups\[(\d+)\](.*)$")
 
@@ -64,9 +64,9 @@ def reweight_file(
     output_path: str | os.PathLike,
     *,
     settings: Settings | None = None,
-    method: str = "dra",
+    method: Method | str = Method.DRA,
     params: dict[str, Any] | None = None,
-    advantages: str = "none",
+    advantages: AdvantageKind | str = AdvantageKind.NONE,
     batch_groups: int = 64,
     engine: Any = None,
 ) -> int:
@@ -96,7 +96,7 @@ def reweight_file(
                     groups=[_group(rec) for _, rec in batch],
                     method=method,
                     params=params or {},
-                    advantages=advantages,  # type: ignore[arg-type]
+                    advantages=advantages,
                 )
                 try:
                     result = engine.reweight(request)

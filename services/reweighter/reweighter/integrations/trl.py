@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..types import Group, ReweightRequest, ReweightResult
+from ..types import AdvantageKind, Group, LongTextPolicy, Method, ReweightRequest, ReweightResult
 
 RewardFunc = Callable[..., Sequence[float | None]]
 
@@ -41,7 +41,7 @@ def connect(
     target: str | Backend,
     *,
     api_key: str | None = None,
-    long_text: str | None = None,
+    long_text: LongTextPolicy | str | None = None,
     timeout_s: float | None = None,
 ) -> Backend:
     """A backend from a string: "http(s)://host:port", "grpc://host:port", or "inprocess".
@@ -137,9 +137,9 @@ class ReweightedReward:
     backend: Backend
     num_generations: int
     weights: Sequence[float] | None = None
-    method: str = "dra"
+    method: Method | str = Method.DRA
     params: Mapping[str, Any] = field(default_factory=dict)
-    advantages: str = "none"
+    advantages: AdvantageKind | str = AdvantageKind.NONE
     num_generations_eval: int | None = None
     on_result: Callable[[dict[str, Any]], None] | None = None
     """Called on every process after each batch with its slice (tracing, tests)."""
@@ -259,7 +259,7 @@ class ReweightedReward:
             raise RuntimeError(f"backend returned {len(result.groups)} groups for {len(groups)}")
         out: list[float] = []
         for g, r in zip(groups, result.groups, strict=True):
-            values = r.advantages if self.advantages != "none" else r.rewards
+            values = r.advantages if self.advantages != AdvantageKind.NONE else r.rewards
             if values is None or len(values) != len(g.rewards):
                 raise RuntimeError(f"backend returned a malformed result for group {g.id}")
             out.extend(float(v) for v in values)
@@ -335,13 +335,13 @@ def reweighted(
     *reward_funcs: RewardFunc,
     num_generations: int,
     backend: str | Backend = "inprocess",
-    method: str = "dra",
+    method: Method | str = Method.DRA,
     params: Mapping[str, Any] | None = None,
     weights: Sequence[float] | None = None,
-    advantages: str = "none",
+    advantages: AdvantageKind | str = AdvantageKind.NONE,
     num_generations_eval: int | None = None,
     api_key: str | None = None,
-    long_text: str | None = None,
+    long_text: LongTextPolicy | str | None = None,
 ) -> ReweightedReward:
     """The one-liner: `reward_funcs=[reweighted(acc, fmt, num_generations=8, backend=URL)]`.
 
