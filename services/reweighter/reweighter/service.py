@@ -75,13 +75,20 @@ class Service:
         from .api.grpc import create_grpc_server
         from .api.http import create_app
         from .api.metrics import Metrics
+        from .assembly import GroupAssembler, make_store
 
         s = self.settings
         # the transports reach the engine through the drain: see stop()
         self.draining = Draining(self.engine)
         self.metrics = Metrics(self.engine)
-        self.app = create_app(self.draining, s, metrics=self.metrics)
-        self.grpc = create_grpc_server(self.draining, s, metrics=self.metrics)
+        # one assembler for both transports: HTTP and gRPC members of a group meet here
+        self.assembler = GroupAssembler(self.draining, make_store(s), s)  # type: ignore[arg-type]
+        await self.assembler.start()
+        self.metrics.watch_assembly(self.assembler)
+        self.app = create_app(self.draining, s, metrics=self.metrics, assembler=self.assembler)
+        self.grpc = create_grpc_server(
+            self.draining, s, metrics=self.metrics, assembler=self.assembler
+        )
         self.grpc_port = self.grpc.port
         sock = _bind(s.host, s.http_port)
         self.http_port = sock.getsockname()[1]
@@ -153,7 +160,10 @@ class Service:
         drain = loop.call_later(max(0.0, grace - 0.5), self.draining.expire)
         self.http.config.timeout_graceful_shutdown = grace + 2.0
         self.http.should_exit = True
-        await asyncio.gather(self.grpc.stop(grace), self._tasks[0], return_exceptions=True)
+        # waiting group members get a retryable 503 at once rather than holding the drain
+        await asyncio.gather(
+            self.grpc.stop(grace), self._tasks[0], self.assembler.aclose(), return_exceptions=True
+        )
         drain.cancel()
         for task in self._tasks[1:]:
             if not task.done():

@@ -172,7 +172,7 @@ class GroupAssembler:
             watch.event.set()
         loop = asyncio.get_running_loop()
         # keep a slice of the budget for the timeout answer's store reads
-        reserve = min(0.5, m.timeout_s * 0.1)
+        reserve = min(2.0, m.timeout_s * 0.25)
         try:
             try:
                 result = await asyncio.wait_for(
@@ -207,7 +207,7 @@ class GroupAssembler:
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # Redis away, engine overloaded: try again until timeouts
-                (log.debug if failed else log.warning)("assembly of %r: %s; retrying", gid, e)
+                (log.debug if failed else log.warning)("assembly of %r: %r; retrying", gid, e)
                 failed = True
             wait = delay if (self.store.polling or failed) else None
             try:
@@ -348,7 +348,8 @@ class GroupAssembler:
         try:
             return await asyncio.wait_for(awaitable, max(0.01, left))
         except TimeoutError:
-            raise StoreUnavailable("the assembly store did not answer in time") from None
+            op = getattr(awaitable, "__qualname__", "call")
+            raise StoreUnavailable(f"the assembly store did not answer in time ({op})") from None
 
     def _check(self, sub: MemberSubmission) -> _Member:
         s = self.settings

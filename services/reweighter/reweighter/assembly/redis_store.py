@@ -95,20 +95,26 @@ class RedisStore(AssemblyStore):
         limits: Limits,
         prefix: str = "reweighter:asm:",
         *,
-        socket_timeout_s: float = 1.0,
+        socket_timeout_s: float = 2.0,
+        max_connections: int = 32,
     ) -> None:
         import redis.asyncio as aioredis
 
         self.limits = limits
         self.prefix = prefix
         self.channel = f"{prefix}done"
-        self._redis = aioredis.Redis.from_url(
+        # A bounded pool: a burst of arrivals queues for a connection instead of opening
+        # hundreds at once (a connect storm is what times out first under load).
+        pool = aioredis.BlockingConnectionPool.from_url(
             url,
+            max_connections=max_connections,
+            timeout=None,  # waiting for a connection is bounded by the member's deadline
             socket_timeout=socket_timeout_s,
             socket_connect_timeout=socket_timeout_s,
             retry_on_timeout=False,
             decode_responses=True,
         )
+        self._redis = aioredis.Redis(connection_pool=pool)
         self._add = self._redis.register_script(_ADD)
         self._finish = self._redis.register_script(_FINISH)
         self._release = self._redis.register_script(_RELEASE)

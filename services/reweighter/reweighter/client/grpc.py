@@ -8,7 +8,15 @@ fails at once.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Mapping,
+    Sequence,
+)
 from typing import Any, TypeVar
 
 import grpc
@@ -16,12 +24,41 @@ import grpc
 from ..api._proto.reweighter.v1 import reweighter_pb2 as pb
 from ..api._proto.reweighter.v1 import reweighter_pb2_grpc as pb_grpc
 from ..api.grpc import convert
+from ..assembly.types import MemberResult, MemberSubmission
+from ..errors import ReweighterError
 from ..limits import CLIENT_CHANNEL_OPTIONS
 from ..types import EmbedResult, EngineInfo, ReweightRequest, ReweightResult
 from ._sync import SyncClient
 from .retry import RetryPolicy
 
 R = TypeVar("R")
+_MEMBER_MARGIN_S = 30.0  # a member's answer may come this long after its timeout_s
+
+
+def _submission(
+    group_id: str,
+    member_id: str,
+    group_size: int,
+    reward: float,
+    completion: str | None,
+    embedding: Sequence[float] | None,
+    method: str,
+    params: Mapping[str, Any] | None,
+    advantages: str,
+    timeout_s: float | None,
+) -> MemberSubmission:
+    return MemberSubmission(
+        group_id=group_id,
+        member_id=member_id,
+        group_size=group_size,
+        reward=reward,
+        completion=completion,
+        embedding=embedding,
+        method=method,  # type: ignore[arg-type]  # the server names a bad one
+        params=dict(params or {}),
+        advantages=advantages,  # type: ignore[arg-type]
+        timeout_s=timeout_s,
+    )
 
 
 class AsyncGrpcReweighterClient:
@@ -61,11 +98,63 @@ class AsyncGrpcReweighterClient:
     async def info(self) -> EngineInfo:
         return convert.proto_to_info(await self._call(self._stub.Info, pb.InfoRequest()))
 
-    async def _call(self, rpc: Callable[..., Awaitable[R]], msg: Any) -> R:
+    async def submit_member(
+        self,
+        group_id: str,
+        member_id: str,
+        group_size: int,
+        reward: float,
+        *,
+        completion: str | None = None,
+        embedding: Sequence[float] | None = None,
+        method: str = "dra",
+        params: Mapping[str, Any] | None = None,
+        advantages: str = "none",
+        timeout_s: float | None = None,
+    ) -> MemberResult:
+        """Send one member of a group and wait for the group (docs/integrations.md); retried
+        like every call (it is idempotent). Deadline: timeout_s plus a margin, or none."""
+        sub = _submission(
+            group_id, member_id, group_size, reward, completion, embedding, method, params,
+            advantages, timeout_s,
+        )  # fmt: skip
+        deadline = None if timeout_s is None else float(timeout_s) + _MEMBER_MARGIN_S
+        msg = convert.submission_to_proto(sub)
+        answer = await self._call(self._stub.SubmitMember, msg, timeout=deadline)
+        result = convert.proto_to_member_result(answer)
+        assert isinstance(result, MemberResult)  # unary errors come as the call's status
+        return result
+
+    async def submit_members(
+        self, members: Iterable[MemberSubmission] | AsyncIterable[MemberSubmission]
+    ) -> AsyncIterator[MemberResult | ReweighterError]:
+        """Many members over one SubmitMembers stream; yields each member's result (or its
+        error, as the server's class) as its group completes: match by group_id, member_id.
+        Not retried: resend the members that got a retryable error."""
+
+        async def requests() -> AsyncIterator[Any]:
+            if isinstance(members, AsyncIterable):
+                async for m in members:
+                    yield convert.submission_to_proto(m)
+            else:
+                for m in members:
+                    yield convert.submission_to_proto(m)
+
+        call = self._stub.SubmitMembers(requests(), metadata=self._metadata)
+        try:
+            async for msg in call:
+                yield convert.proto_to_member_result(msg)
+        except grpc.RpcError as e:
+            raise convert.error_from_rpc(e) from None
+
+    async def _call(
+        self, rpc: Callable[..., Awaitable[R]], msg: Any, timeout: float | None | bool = False
+    ) -> R:
+        deadline = self.timeout if timeout is False else timeout
         async for attempt in self.retry.attempts():
             with attempt:
                 try:
-                    answer = await rpc(msg, timeout=self.timeout, metadata=self._metadata)
+                    answer = await rpc(msg, timeout=deadline, metadata=self._metadata)
                 except grpc.RpcError as e:
                     raise convert.error_from_rpc(e) from None
         return answer
@@ -103,3 +192,36 @@ class GrpcReweighterClient(SyncClient[AsyncGrpcReweighterClient]):
         )
         self.retry = self.aio.retry
         self.timeout = timeout
+
+    def submit_member(
+        self,
+        group_id: str,
+        member_id: str,
+        group_size: int,
+        reward: float,
+        *,
+        completion: str | None = None,
+        embedding: Sequence[float] | None = None,
+        method: str = "dra",
+        params: Mapping[str, Any] | None = None,
+        advantages: str = "none",
+        timeout_s: float | None = None,
+    ) -> MemberResult:
+        """Send one member of a group and wait for the group (AsyncGrpcReweighterClient's)."""
+        return self._run(
+            self.aio.submit_member(
+                group_id, member_id, group_size, reward, completion=completion,
+                embedding=embedding, method=method, params=params, advantages=advantages,
+                timeout_s=timeout_s,
+            )
+        )  # fmt: skip
+
+    def submit_members(
+        self, members: Iterable[MemberSubmission]
+    ) -> list[MemberResult | ReweighterError]:
+        """All members over one stream; every result (or error), in completion order."""
+
+        async def collect() -> list[MemberResult | ReweighterError]:
+            return [r async for r in self.aio.submit_members(list(members))]
+
+        return self._run(collect())

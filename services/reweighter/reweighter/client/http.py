@@ -11,13 +11,24 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import httpx
 from pydantic import BaseModel, ValidationError
 
-from ..api.http.schemas import EmbedIn, EmbedOut, ErrorOut, InfoOut, ReweightIn, ReweightOut
+from ..api.http.schemas import (
+    EmbedIn,
+    EmbedOut,
+    ErrorOut,
+    InfoOut,
+    MemberIn,
+    MemberOut,
+    ReweightIn,
+    ReweightOut,
+)
+from ..assembly.types import MemberResult, MemberSubmission
 from ..errors import ConnectionFailed, ReweighterError
 from ..types import EmbedResult, EngineInfo, ReweightRequest, ReweightResult
 from ._sync import SyncClient
@@ -25,6 +36,7 @@ from .retry import RetryPolicy
 
 _CONNECT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError)
 M = TypeVar("M", bound=BaseModel)
+_MEMBER_MARGIN_S = 30.0  # a member's answer may come this long after its timeout_s (Redis, load)
 
 
 def _retry_after(response: httpx.Response) -> float | None:
@@ -79,6 +91,33 @@ class AsyncReweighterClient:
     async def info(self) -> EngineInfo:
         return (await self._call("GET", "/v1/info", InfoOut)).to_info()
 
+    async def submit_member(
+        self,
+        group_id: str,
+        member_id: str,
+        group_size: int,
+        reward: float,
+        *,
+        completion: str | None = None,
+        embedding: Sequence[float] | None = None,
+        method: str = "dra",
+        params: Mapping[str, Any] | None = None,
+        advantages: str = "none",
+        timeout_s: float | None = None,
+    ) -> MemberResult:
+        """Send one member of a group and wait for the group (docs/integrations.md). Retried
+        like every call: it is idempotent. The read timeout is timeout_s plus a margin, or none
+        when timeout_s is None (the server answers by its own maximum)."""
+        sub = MemberSubmission(
+            group_id, member_id, group_size, reward, completion, embedding, method,  # type: ignore[arg-type]
+            dict(params or {}), advantages, timeout_s,  # type: ignore[arg-type]
+        )  # fmt: skip
+        path = f"/v1/groups/{quote(group_id, safe='')}/members"
+        read = None if timeout_s is None else float(timeout_s) + _MEMBER_MARGIN_S
+        timeout = httpx.Timeout(read, connect=5.0)
+        answer = await self._call("POST", path, MemberOut, MemberIn.wire(sub), timeout=timeout)
+        return answer.to_result()
+
     async def ready(self) -> bool:
         try:
             return (await self._http.get("/readyz")).status_code == 200
@@ -93,18 +132,23 @@ class AsyncReweighterClient:
                 raise ConnectionFailed(f"the service was not ready after {timeout:.0f} s")
             await asyncio.sleep(0.2)
 
-    async def _call(self, verb: str, path: str, model: type[M], payload: Any = None) -> M:
+    async def _call(
+        self, verb: str, path: str, model: type[M], payload: Any = None, timeout: Any = None
+    ) -> M:
         async for attempt in self.retry.attempts():
             with attempt:
-                response = await self._send(verb, path, payload)
+                response = await self._send(verb, path, payload, timeout)
         return model.model_validate_json(response.content)
 
-    async def _send(self, verb: str, path: str, payload: Any) -> httpx.Response:
-        kwargs: dict[str, Any] = {}
+    async def _send(
+        self, verb: str, path: str, payload: Any, timeout: Any = None
+    ) -> httpx.Response:
+        kwargs: dict[str, Any] = {"timeout": timeout or httpx.USE_CLIENT_DEFAULT}
         if payload is not None:
             # NaN/inf written out (not refused here), so the server names the bad field.
             content = json.dumps(payload, allow_nan=True, separators=(",", ":")).encode()
-            kwargs = {"content": content, "headers": {"content-type": "application/json"}}
+            kwargs["content"] = content
+            kwargs["headers"] = {"content-type": "application/json"}
         try:
             response = await self._http.request(verb, path, **kwargs)
         except _CONNECT_ERRORS as e:
@@ -142,6 +186,29 @@ class ReweighterClient(SyncClient[AsyncReweighterClient]):
             lambda: AsyncReweighterClient(base_url, api_key=api_key, timeout=timeout, retry=retry)
         )
         self.retry = self.aio.retry
+
+    def submit_member(
+        self,
+        group_id: str,
+        member_id: str,
+        group_size: int,
+        reward: float,
+        *,
+        completion: str | None = None,
+        embedding: Sequence[float] | None = None,
+        method: str = "dra",
+        params: Mapping[str, Any] | None = None,
+        advantages: str = "none",
+        timeout_s: float | None = None,
+    ) -> MemberResult:
+        """Send one member of a group and wait for the group (AsyncReweighterClient's)."""
+        return self._run(
+            self.aio.submit_member(
+                group_id, member_id, group_size, reward, completion=completion,
+                embedding=embedding, method=method, params=params, advantages=advantages,
+                timeout_s=timeout_s,
+            )
+        )  # fmt: skip
 
     def ready(self) -> bool:
         return self._run(self.aio.ready())

@@ -13,6 +13,7 @@ import grpc
 import numpy as np
 from google.protobuf import json_format
 
+from ...assembly.types import MemberResult, MemberSubmission
 from ...errors import ConnectionFailed, InvalidInput, ReweighterError, error_from
 from ...types import (
     AdvantageKind,
@@ -207,3 +208,95 @@ def _unpack_matrix(values: Sequence[float], dim: int) -> np.ndarray | None:
     if dim <= 0 or len(values) % dim:
         return None
     return np.asarray(values, dtype=np.float32).reshape(-1, dim)
+
+
+# -- group assembly ------------------------------------------------------------------------
+
+
+def proto_to_submission(msg: pb.SubmitMemberRequest) -> MemberSubmission:
+    which = msg.WhichOneof("input")
+    return MemberSubmission(
+        group_id=msg.group_id,
+        member_id=msg.member_id,
+        group_size=msg.group_size,
+        reward=msg.reward,
+        completion=msg.completion if which == "completion" else None,
+        embedding=list(msg.embedding.values) if which == "embedding" else None,
+        method=msg.method or DEFAULT_METHOD,
+        params=json_format.MessageToDict(msg.params) if msg.HasField("params") else {},
+        advantages=msg.advantages or DEFAULT_ADVANTAGES,  # type: ignore[arg-type]
+        timeout_s=msg.timeout_s if msg.HasField("timeout_s") else None,
+    )
+
+
+def submission_to_proto(sub: MemberSubmission) -> pb.SubmitMemberRequest:
+    msg = pb.SubmitMemberRequest(
+        group_id=sub.group_id,
+        member_id=sub.member_id,
+        group_size=sub.group_size,
+        reward=float(sub.reward),
+        method=str(sub.method),
+        advantages=str(sub.advantages),
+    )
+    if sub.completion is not None:
+        msg.completion = sub.completion
+    if sub.embedding is not None:
+        msg.embedding.values.extend(np.asarray(sub.embedding, dtype=np.float32).ravel().tolist())
+    if sub.params:
+        msg.params.update(dict(sub.params))
+    if sub.timeout_s is not None:
+        msg.timeout_s = float(sub.timeout_s)
+    return msg
+
+
+def member_result_to_proto(r: MemberResult) -> pb.MemberResult:
+    msg = pb.MemberResult(
+        group_id=r.group_id,
+        member_id=r.member_id,
+        reward=r.reward,
+        raw_reward=r.raw_reward,
+        complete=r.complete,
+        members=r.members,
+    )
+    if r.advantage is not None:
+        msg.advantage = r.advantage
+    if r.reason is not None:
+        msg.reason = r.reason
+    if r.stats is not None:
+        msg.stats.mean_similarity = r.stats.mean_similarity
+        if r.stats.lambda_ is not None:
+            setattr(msg.stats, "lambda", r.stats.lambda_)  # noqa: B010 - a Python keyword
+    return msg
+
+
+def member_error_to_proto(msg: pb.SubmitMemberRequest, exc: ReweighterError) -> pb.MemberResult:
+    """A failed member on the SubmitMembers stream (the stream itself goes on)."""
+    out = pb.MemberResult(group_id=msg.group_id, member_id=msg.member_id)
+    out.error.type = type(exc).__name__
+    out.error.code = exc.grpc_code
+    out.error.message = exc.message
+    if exc.field:
+        out.error.field = exc.field
+    return out
+
+
+def proto_to_member_result(msg: pb.MemberResult) -> MemberResult | ReweighterError:
+    """The member's result, or (stream only) its error rebuilt as the server's class."""
+    if msg.HasField("error"):
+        e = msg.error
+        return error_from(e.type, e.message, e.field if e.HasField("field") else None)
+    stats = None
+    if msg.HasField("stats"):
+        lam = getattr(msg.stats, "lambda") if msg.stats.HasField("lambda") else None
+        stats = GroupStats(mean_similarity=msg.stats.mean_similarity, lambda_=lam)
+    return MemberResult(
+        group_id=msg.group_id,
+        member_id=msg.member_id,
+        reward=msg.reward,
+        raw_reward=msg.raw_reward,
+        advantage=msg.advantage if msg.HasField("advantage") else None,
+        complete=msg.complete,
+        reason=msg.reason if msg.HasField("reason") else None,
+        stats=stats,
+        members=msg.members,
+    )

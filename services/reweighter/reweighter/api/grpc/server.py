@@ -10,6 +10,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from ...assembly import GroupAssembler
 from ...config import Settings
 from ...errors import Unauthenticated
 from ...limits import grpc_server_options
@@ -44,14 +45,23 @@ class _ApiKeyInterceptor(grpc.aio.ServerInterceptor):
                 self.metrics.count_rejected(
                     "grpc", method.rsplit("/", 1)[-1].lower(), "Unauthenticated"
                 )
-                return _deny(e)
+                return _deny(e, streaming=method.endswith("/SubmitMembers"))
         return await continuation(handler_call_details)
 
 
-def _deny(exc: Unauthenticated) -> grpc.RpcMethodHandler:
+def _deny(exc: Unauthenticated, *, streaming: bool = False) -> grpc.RpcMethodHandler:
     async def deny(request: Any, context: Any) -> None:
         await abort(context, exc)
 
+    async def deny_stream(requests: Any, context: Any) -> None:
+        # read the first message before aborting: ending the call while the client is still
+        # writing its first message surfaces there as INTERNAL instead of UNAUTHENTICATED
+        async for _ in requests:
+            break
+        await abort(context, exc)
+
+    if streaming:  # the handler's shape must match the RPC's (SubmitMembers: stream-stream)
+        return grpc.stream_stream_rpc_method_handler(deny_stream)
     return grpc.unary_unary_rpc_method_handler(deny)
 
 
@@ -62,7 +72,13 @@ class GrpcServer:
     again during shutdown, so load balancers drain the instance before it stops.
     """
 
-    def __init__(self, engine: EngineProtocol, settings: Settings, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        engine: EngineProtocol,
+        settings: Settings,
+        metrics: Metrics,
+        assembler: GroupAssembler | None = None,
+    ) -> None:
         interceptors = [_ApiKeyInterceptor(settings.api_key, metrics)] if settings.api_key else []
         interceptors.append(DecodeGuard())  # after the key: no decoding for strangers
         self.server = grpc.aio.server(
@@ -73,7 +89,8 @@ class GrpcServer:
         )
         self.engine = engine
         self.health = health.aio.HealthServicer()
-        pb_grpc.add_ReweighterServicer_to_server(ReweighterServicer(engine, metrics), self.server)
+        servicer = ReweighterServicer(engine, metrics, assembler)
+        pb_grpc.add_ReweighterServicer_to_server(servicer, self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(
             [SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME], self.server
@@ -108,8 +125,13 @@ class GrpcServer:
 
 
 def create_grpc_server(
-    engine: EngineProtocol, settings: Settings | None = None, *, metrics: Metrics | None = None
+    engine: EngineProtocol,
+    settings: Settings | None = None,
+    *,
+    metrics: Metrics | None = None,
+    assembler: GroupAssembler | None = None,
 ) -> GrpcServer:
-    """Bind (not start) the gRPC server for `engine`; `await server.start()` to serve."""
+    """Bind (not start) the gRPC server for `engine`; `await server.start()` to serve.
+    Without `assembler` the group-assembly RPCs answer UNAVAILABLE."""
     settings = settings or engine.settings
-    return GrpcServer(engine, settings, metrics or Metrics(engine))
+    return GrpcServer(engine, settings, metrics or Metrics(engine), assembler)

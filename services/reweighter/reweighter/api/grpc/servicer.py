@@ -8,12 +8,14 @@ To add an RPC: define it in proto/reweighter/v1/*.proto, regenerate the stubs
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
 
-from ...errors import ReweighterError
+from ...assembly import GroupAssembler
+from ...errors import NotReady, ReweighterError
 from .._proto.reweighter.v1 import reweighter_pb2 as pb
 from .._proto.reweighter.v1 import reweighter_pb2_grpc as pb_grpc
 from ..metrics import Metrics
@@ -26,9 +28,12 @@ T = TypeVar("T")
 class ReweighterServicer(pb_grpc.ReweighterServicer):
     """Translates protobuf to engine calls; errors become status codes naming the field."""
 
-    def __init__(self, engine: EngineProtocol, metrics: Metrics) -> None:
+    def __init__(
+        self, engine: EngineProtocol, metrics: Metrics, assembler: GroupAssembler | None = None
+    ) -> None:
         self.engine = engine
         self.metrics = metrics
+        self.assembler = assembler
 
     async def Reweight(self, request: pb.ReweightRequest, context: Any) -> pb.ReweightResponse:
         async def run() -> pb.ReweightResponse:
@@ -51,6 +56,54 @@ class ReweighterServicer(pb_grpc.ReweighterServicer):
             return convert.info_to_proto(self.engine.info())
 
         return await self._call(context, "info", "", run)
+
+    async def SubmitMember(self, request: pb.SubmitMemberRequest, context: Any) -> pb.MemberResult:
+        return await self._call(
+            context, "submit_member", request.method or convert.DEFAULT_METHOD,
+            lambda: self._submit(request),
+        )  # fmt: skip
+
+    async def SubmitMembers(
+        self, requests: AsyncIterator[pb.SubmitMemberRequest], context: Any
+    ) -> AsyncIterator[pb.MemberResult]:
+        """Each member waits in its own task; answers go out as groups complete. A member's
+        error is its answer (`error` set), so one bad member does not end the stream."""
+        answers: asyncio.Queue[pb.MemberResult | None] = asyncio.Queue()
+        tasks: set[asyncio.Task[None]] = set()
+
+        async def one(request: pb.SubmitMemberRequest) -> None:
+            method = request.method or convert.DEFAULT_METHOD
+            try:
+                with self.metrics.track("grpc", "submit_member", method):
+                    answer = await self._submit(request)
+            except ReweighterError as e:
+                answer = convert.member_error_to_proto(request, e)
+            await answers.put(answer)
+
+        async def read() -> None:
+            async for request in requests:
+                task = asyncio.create_task(one(request))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+            while tasks:
+                await asyncio.gather(*list(tasks), return_exceptions=True)
+            await answers.put(None)
+
+        reader = asyncio.create_task(read())
+        try:
+            while (answer := await answers.get()) is not None:
+                yield answer
+            await reader
+        finally:
+            reader.cancel()
+            for task in list(tasks):
+                task.cancel()
+
+    async def _submit(self, request: pb.SubmitMemberRequest) -> pb.MemberResult:
+        if self.assembler is None:
+            raise NotReady("group assembly is not running in this service")
+        sub = convert.proto_to_submission(request)
+        return convert.member_result_to_proto(await self.assembler.submit(sub))
 
     async def _call(
         self, context: Any, endpoint: str, method: str, run: Callable[[], Awaitable[T]]

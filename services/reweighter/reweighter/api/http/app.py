@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from ... import __version__
+from ...assembly import GroupAssembler
 from ...config import Settings
 from ...errors import InvalidInput, ReweighterError
 from ...limits import max_body_bytes
@@ -23,17 +24,25 @@ from ..metrics import Metrics
 from ..protocol import EngineProtocol
 from .middleware import BodyLimit, endpoint_name
 from .router import build_router
-from .schemas import EmbedIn, ErrorOut, GroupIn, ReweightIn
+from .schemas import EmbedIn, ErrorOut, GroupIn, MemberIn, ReweightIn
 
 _SCHEMA_FIELDS = (
-    set(ReweightIn.model_fields) | set(GroupIn.model_fields) | set(EmbedIn.model_fields)
+    set(ReweightIn.model_fields)
+    | set(GroupIn.model_fields)
+    | set(EmbedIn.model_fields)
+    | set(MemberIn.model_fields)
 )
 
 
 def create_app(
-    engine: EngineProtocol, settings: Settings | None = None, *, metrics: Metrics | None = None
+    engine: EngineProtocol,
+    settings: Settings | None = None,
+    *,
+    metrics: Metrics | None = None,
+    assembler: GroupAssembler | None = None,
 ) -> FastAPI:
-    """The HTTP API over `engine`. Loading the model is the caller's job."""
+    """The HTTP API over `engine`. Loading the model is the caller's job. Without `assembler`
+    the group-assembly route answers 503."""
     settings = settings or engine.settings
     metrics = metrics or Metrics(engine)
     app = FastAPI(
@@ -43,6 +52,7 @@ def create_app(
     )
     app.state.engine = engine
     app.state.metrics = metrics
+    app.state.assembler = assembler
 
     @app.exception_handler(ReweighterError)
     async def _reweighter_error(request: Request, exc: ReweighterError) -> JSONResponse:
@@ -75,7 +85,7 @@ def create_app(
         body = {"error": {"message": str(exc.detail), "field": None, "type": kind}}
         return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
 
-    app.include_router(build_router(engine, settings, metrics))
+    app.include_router(build_router(engine, settings, metrics, assembler))
     limit = max_body_bytes(settings)
     app.add_middleware(BodyLimit, limit=limit, metrics=metrics, api_key=settings.api_key)
     return app

@@ -12,11 +12,23 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from ...assembly import GroupAssembler
 from ...config import Settings
+from ...errors import NotReady
 from ..auth import check_bearer
 from ..metrics import Metrics
 from ..protocol import EngineProtocol
-from .schemas import EmbedIn, EmbedOut, ErrorOut, InfoOut, ReweightIn, ReweightOut, StatusOut
+from .schemas import (
+    EmbedIn,
+    EmbedOut,
+    ErrorOut,
+    InfoOut,
+    MemberIn,
+    MemberOut,
+    ReweightIn,
+    ReweightOut,
+    StatusOut,
+)
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorOut, "description": desc}
@@ -30,7 +42,22 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-def build_router(engine: EngineProtocol, settings: Settings, metrics: Metrics) -> APIRouter:
+_MEMBER_ERRORS: dict[int | str, dict[str, Any]] = {
+    409: {
+        "model": ErrorOut,
+        "description": "Conflict: this member was sent before with another payload; or "
+        "PreconditionFailed: it does not fit its group (`field` names what differs)",
+    },
+    503: {"model": ErrorOut, "description": "the model is loading or Redis is down; retry"},
+}
+
+
+def build_router(
+    engine: EngineProtocol,
+    settings: Settings,
+    metrics: Metrics,
+    assembler: GroupAssembler | None = None,
+) -> APIRouter:
     def require_key(request: Request) -> None:
         check_bearer(request.headers.get("authorization"), settings.api_key)
 
@@ -73,6 +100,18 @@ def build_router(engine: EngineProtocol, settings: Settings, metrics: Metrics) -
         """Embed texts (TEI's conventions): unit vectors, one per input."""
         with metrics.track("http", "embed"):
             return EmbedOut.from_result(await engine.aembed(body.texts()))
+
+    # group ids may hold "/" (sent percent-encoded; the path is decoded before routing)
+    @api.post(
+        "/groups/{group_id:path}/members", response_model=MemberOut, responses=_MEMBER_ERRORS
+    )
+    async def submit_member(group_id: str, body: MemberIn) -> MemberOut:
+        """Add one member to its group and wait until the group is whole (or the member's
+        timeout passes); the answer equals /v1/reweight on the group in member_id order."""
+        with metrics.track("http", "members", body.method):
+            if assembler is None:
+                raise NotReady("group assembly is not running in this service")
+            return MemberOut.from_result(await assembler.submit(body.to_submission(group_id)))
 
     router = APIRouter()
     router.include_router(health)

@@ -23,6 +23,7 @@ from pydantic import (
     WithJsonSchema,
 )
 
+from ...assembly.types import MemberResult, MemberSubmission
 from ...errors import InvalidInput, ReweighterError, error_from
 from ...types import (
     AdvantageKind,
@@ -263,3 +264,102 @@ class ErrorOut(BaseModel):
     def to_error(self, retry_after: float | None = None) -> ReweighterError:
         e = self.error
         return error_from(e.type, e.message, e.field, retry_after=retry_after)
+
+
+# -- group assembly (docs/integrations.md) -------------------------------------------------
+
+
+class MemberIn(BaseModel):
+    """One member of a group whose siblings arrive in other calls (POST /v1/groups/{id}/members)."""
+
+    model_config = _WIRE
+
+    member_id: StrictStr = Field(..., description="unique in the group; sets the group's order")
+    group_size: StrictInt = Field(..., description="distinct members that make the group whole")
+    reward: Number = Field(..., description="the member's base reward")
+    completion: StrictStr | None = Field(None, description="the completion; or give `embedding`")
+    embedding: list[Number] | None = Field(None, description="a precomputed vector")
+    method: MethodName = Method.DRA.value
+    params: dict[str, Any] = Field(
+        default_factory=dict, description="as /v1/reweight; the same for every member"
+    )
+    advantages: AdvantageName = AdvantageKind.NONE.value
+    timeout_s: Number | None = Field(
+        None, description="seconds to wait for the group; server default and cap if absent/over"
+    )
+
+    def to_submission(self, group_id: str) -> MemberSubmission:
+        return MemberSubmission(
+            group_id=group_id,
+            member_id=self.member_id,
+            group_size=self.group_size,
+            reward=self.reward,
+            completion=self.completion,
+            embedding=self.embedding,
+            method=self.method,  # type: ignore[arg-type]  # the engine names bad ones
+            params=self.params,
+            advantages=self.advantages,  # type: ignore[arg-type]
+            timeout_s=self.timeout_s,
+        )
+
+    @staticmethod
+    def wire(sub: MemberSubmission) -> dict[str, Any]:
+        """The JSON body for `sub` (group_id goes in the path), unvalidated as ReweightIn.wire."""
+        out: dict[str, Any] = {
+            "member_id": sub.member_id,
+            "group_size": sub.group_size,
+            "reward": float(sub.reward),
+            "method": str(sub.method),
+            "params": dict(sub.params or {}),
+            "advantages": str(sub.advantages),
+        }
+        if sub.completion is not None:
+            out["completion"] = sub.completion
+        if sub.embedding is not None:
+            out["embedding"] = np.asarray(sub.embedding, dtype=np.float64).ravel().tolist()
+        if sub.timeout_s is not None:
+            out["timeout_s"] = float(sub.timeout_s)
+        return out
+
+
+class MemberOut(BaseModel):
+    group_id: str
+    member_id: str
+    reward: float = Field(..., description="reweighted; equals raw_reward when incomplete")
+    raw_reward: float
+    advantage: float | None = Field(None, description="null unless advantages were asked for")
+    complete: bool = Field(..., description="false: the group was still short at the timeout")
+    reason: str | None = Field(None, description='null when complete, else "timeout"')
+    stats: GroupStatsOut | None = Field(None, description="the group's; null when incomplete")
+    members: int = Field(..., description="members the answer was computed over")
+
+    @classmethod
+    def from_result(cls, r: MemberResult) -> MemberOut:
+        stats = None
+        if r.stats is not None:
+            stats = GroupStatsOut(mean_similarity=r.stats.mean_similarity, lambda_=r.stats.lambda_)
+        return cls(
+            group_id=r.group_id,
+            member_id=r.member_id,
+            reward=r.reward,
+            raw_reward=r.raw_reward,
+            advantage=r.advantage,
+            complete=r.complete,
+            reason=r.reason,
+            stats=stats,
+            members=r.members,
+        )
+
+    def to_result(self) -> MemberResult:
+        s = self.stats
+        return MemberResult(
+            group_id=self.group_id,
+            member_id=self.member_id,
+            reward=self.reward,
+            raw_reward=self.raw_reward,
+            advantage=self.advantage,
+            complete=self.complete,
+            reason=self.reason,
+            stats=None if s is None else GroupStats(s.mean_similarity, s.lambda_),
+            members=self.members,
+        )

@@ -125,3 +125,69 @@ class InfoResponse(_message.Message):
     limits: _containers.ScalarMap[str, int]
     ready: bool
     def __init__(self, model: _Optional[str] = ..., dim: _Optional[int] = ..., device: _Optional[str] = ..., version: _Optional[str] = ..., long_text: _Optional[str] = ..., methods: _Optional[_Mapping[str, _struct_pb2.Struct]] = ..., advantages: _Optional[_Iterable[str]] = ..., limits: _Optional[_Mapping[str, int]] = ..., ready: _Optional[bool] = ...) -> None: ...
+
+class Vector(_message.Message):
+    __slots__ = ("values",)
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    values: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, values: _Optional[_Iterable[float]] = ...) -> None: ...
+
+class SubmitMemberRequest(_message.Message):
+    __slots__ = ("group_id", "member_id", "group_size", "reward", "completion", "embedding", "method", "params", "advantages", "timeout_s")
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_SIZE_FIELD_NUMBER: _ClassVar[int]
+    REWARD_FIELD_NUMBER: _ClassVar[int]
+    COMPLETION_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDING_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    PARAMS_FIELD_NUMBER: _ClassVar[int]
+    ADVANTAGES_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    group_id: str
+    member_id: str
+    group_size: int
+    reward: float
+    completion: str
+    embedding: Vector
+    method: str
+    params: _struct_pb2.Struct
+    advantages: str
+    timeout_s: float
+    def __init__(self, group_id: _Optional[str] = ..., member_id: _Optional[str] = ..., group_size: _Optional[int] = ..., reward: _Optional[float] = ..., completion: _Optional[str] = ..., embedding: _Optional[_Union[Vector, _Mapping]] = ..., method: _Optional[str] = ..., params: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., advantages: _Optional[str] = ..., timeout_s: _Optional[float] = ...) -> None: ...
+
+class MemberError(_message.Message):
+    __slots__ = ("type", "code", "message", "field")
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    FIELD_FIELD_NUMBER: _ClassVar[int]
+    type: str
+    code: str
+    message: str
+    field: str
+    def __init__(self, type: _Optional[str] = ..., code: _Optional[str] = ..., message: _Optional[str] = ..., field: _Optional[str] = ...) -> None: ...
+
+class MemberResult(_message.Message):
+    __slots__ = ("group_id", "member_id", "reward", "raw_reward", "advantage", "complete", "reason", "stats", "members", "error")
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    REWARD_FIELD_NUMBER: _ClassVar[int]
+    RAW_REWARD_FIELD_NUMBER: _ClassVar[int]
+    ADVANTAGE_FIELD_NUMBER: _ClassVar[int]
+    COMPLETE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    STATS_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    group_id: str
+    member_id: str
+    reward: float
+    raw_reward: float
+    advantage: float
+    complete: bool
+    reason: str
+    stats: GroupStats
+    members: int
+    error: MemberError
+    def __init__(self, group_id: _Optional[str] = ..., member_id: _Optional[str] = ..., reward: _Optional[float] = ..., raw_reward: _Optional[float] = ..., advantage: _Optional[float] = ..., complete: _Optional[bool] = ..., reason: _Optional[str] = ..., stats: _Optional[_Union[GroupStats, _Mapping]] = ..., members: _Optional[int] = ..., error: _Optional[_Union[MemberError, _Mapping]] = ...) -> None: ...

@@ -49,6 +49,16 @@ class ReweighterStub:
                 request_serializer=reweighter_dot_v1_dot_reweighter__pb2.InfoRequest.SerializeToString,
                 response_deserializer=reweighter_dot_v1_dot_reweighter__pb2.InfoResponse.FromString,
                 _registered_method=True)
+        self.SubmitMember = channel.unary_unary(
+                '/reweighter.v1.Reweighter/SubmitMember',
+                request_serializer=reweighter_dot_v1_dot_reweighter__pb2.SubmitMemberRequest.SerializeToString,
+                response_deserializer=reweighter_dot_v1_dot_reweighter__pb2.MemberResult.FromString,
+                _registered_method=True)
+        self.SubmitMembers = channel.stream_stream(
+                '/reweighter.v1.Reweighter/SubmitMembers',
+                request_serializer=reweighter_dot_v1_dot_reweighter__pb2.SubmitMemberRequest.SerializeToString,
+                response_deserializer=reweighter_dot_v1_dot_reweighter__pb2.MemberResult.FromString,
+                _registered_method=True)
 
 
 class ReweighterServicer:
@@ -75,6 +85,29 @@ class ReweighterServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SubmitMember(self, request, context):
+        """Group assembly (docs/integrations.md): one member of a group whose siblings arrive
+        separately. Returns once the group has `group_size` distinct members - reweighted in
+        member_id string order, so the answer equals Reweight on the group listed in that order -
+        or when the member's timeout passes (complete = false, reason = "timeout"). Idempotent per
+        (group_id, member_id). Errors as Reweight, plus ALREADY_EXISTS (the member was sent before
+        with another reward or input), FAILED_PRECONDITION (it does not fit its group: group_size,
+        method, params, advantages, input kind, or the group is full), RESOURCE_EXHAUSTED (too many
+        open groups or held members: retry), UNAVAILABLE (the shared store is down: retry).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SubmitMembers(self, request_iterator, context):
+        """Many members over one stream: each request is answered by one MemberResult when its group
+        completes or it times out - in that order, not send order (match by group_id, member_id).
+        A member's error comes back as a MemberResult with `error` set; the stream goes on.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ReweighterServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -92,6 +125,16 @@ def add_ReweighterServicer_to_server(servicer, server):
                     servicer.Info,
                     request_deserializer=reweighter_dot_v1_dot_reweighter__pb2.InfoRequest.FromString,
                     response_serializer=reweighter_dot_v1_dot_reweighter__pb2.InfoResponse.SerializeToString,
+            ),
+            'SubmitMember': grpc.unary_unary_rpc_method_handler(
+                    servicer.SubmitMember,
+                    request_deserializer=reweighter_dot_v1_dot_reweighter__pb2.SubmitMemberRequest.FromString,
+                    response_serializer=reweighter_dot_v1_dot_reweighter__pb2.MemberResult.SerializeToString,
+            ),
+            'SubmitMembers': grpc.stream_stream_rpc_method_handler(
+                    servicer.SubmitMembers,
+                    request_deserializer=reweighter_dot_v1_dot_reweighter__pb2.SubmitMemberRequest.FromString,
+                    response_serializer=reweighter_dot_v1_dot_reweighter__pb2.MemberResult.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -175,6 +218,60 @@ class Reweighter:
             '/reweighter.v1.Reweighter/Info',
             reweighter_dot_v1_dot_reweighter__pb2.InfoRequest.SerializeToString,
             reweighter_dot_v1_dot_reweighter__pb2.InfoResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SubmitMember(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/reweighter.v1.Reweighter/SubmitMember',
+            reweighter_dot_v1_dot_reweighter__pb2.SubmitMemberRequest.SerializeToString,
+            reweighter_dot_v1_dot_reweighter__pb2.MemberResult.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SubmitMembers(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/reweighter.v1.Reweighter/SubmitMembers',
+            reweighter_dot_v1_dot_reweighter__pb2.SubmitMemberRequest.SerializeToString,
+            reweighter_dot_v1_dot_reweighter__pb2.MemberResult.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,282 @@
+"""Group assembly on real servers on loopback: two replicas (two services over one engine)
+sharing a real Redis, members shuffled across replicas and transports, retried, some groups left
+short; every complete answer equals /v1/reweight on the group in member_id order. Conflict,
+timeout, auth and bound cases over HTTP and gRPC."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import uuid
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from reweighter.assembly import MemberResult, MemberSubmission
+from reweighter.client import (
+    AsyncGrpcReweighterClient,
+    AsyncReweighterClient,
+    GrpcReweighterClient,
+    RetryPolicy,
+    ReweighterClient,
+)
+from reweighter.engine import ReweightEngine
+from reweighter.errors import (
+    Conflict,
+    InvalidInput,
+    Overloaded,
+    PreconditionFailed,
+    Unauthenticated,
+)
+from reweighter.server import BackgroundService
+from reweighter.types import Group, ReweightRequest
+
+from .conftest import settings
+
+KEY = "assembly-test-key"
+AUTH = {"authorization": f"Bearer {KEY}"}
+NO_RETRY = RetryPolicy(retries=0)
+G = 8
+
+
+def metric(url: str, name: str) -> float:
+    for line in httpx.get(f"{url}/metrics").text.splitlines():
+        if line.startswith(f"{name} "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} not in /metrics")
+
+
+@pytest.fixture(scope="module")
+def replicas(engine: ReweightEngine, shared_redis_url: str) -> Iterator[list[BackgroundService]]:
+    """Two services over one engine and one Redis, as two pods behind a Service would be."""
+    import redis
+
+    prefix = f"test:asm:svc:{uuid.uuid4().hex}:"
+    s = settings(redis_url=shared_redis_url, assembly_prefix=prefix, api_key=KEY)
+    services = [BackgroundService(s, engine).start() for _ in range(2)]
+    try:
+        yield services
+    finally:
+        for svc in services:
+            svc.stop()
+        client = redis.Redis.from_url(shared_redis_url)
+        keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
+        if keys:
+            client.delete(*keys)
+
+
+def _groups(
+    n: int, rng: random.Random, tag: str, timeout_s: float = 60
+) -> list[list[MemberSubmission]]:
+    out = []
+    for gi in range(n):
+        gid = f"{tag}/{uuid.uuid4().hex[:8]}-{gi}"  # a "/" in the id travels percent-encoded
+        out.append(
+            [
+                MemberSubmission(
+                    gid, str(mid), G, float(rng.random() < 0.5),
+                    embedding=[rng.gauss(0, 1) for _ in range(16)],
+                    method=("dra", "mmr")[gi % 2], advantages="grpo", timeout_s=timeout_s,
+                )  # fmt: skip
+                for mid in rng.sample(range(100), G)  # "7" > "42": string order, not numeric
+            ]
+        )
+    return out
+
+
+async def _send(client, m: MemberSubmission) -> MemberResult:
+    return await client.submit_member(
+        m.group_id, m.member_id, m.group_size, m.reward, completion=m.completion,
+        embedding=m.embedding, method=m.method, params=dict(m.params),
+        advantages=m.advantages, timeout_s=m.timeout_s,
+    )  # fmt: skip
+
+
+def _expected(groups: list[list[MemberSubmission]], url: str) -> dict[tuple[str, str], tuple]:
+    """/v1/reweight over HTTP on each group in member_id order: {(gid, mid): (reward, adv)}."""
+    want = {}
+    with ReweighterClient(url, api_key=KEY, retry=NO_RETRY) as http:
+        for g in groups:
+            ms = sorted(g, key=lambda m: m.member_id)
+            group = Group([m.reward for m in ms], embeddings=[m.embedding for m in ms])
+            res = http.reweight(ReweightRequest([group], ms[0].method, {}, "grpo")).groups[0]
+            for i, m in enumerate(ms):
+                want[(m.group_id, m.member_id)] = (res.rewards[i], res.advantages[i])
+    return want
+
+
+async def test_hundred_groups_shuffled_across_replicas_and_transports(
+    replicas: list[BackgroundService],
+) -> None:
+    rng = random.Random(12)
+    # short groups wait 10 s: long enough that the burst (slow on a loaded 2-core machine) has
+    # passed when they time out, so their timeout answers find the store responsive
+    full, short = _groups(100, rng, "full"), _groups(6, rng, "short", timeout_s=10.0)
+    jobs = [(m, rng.randrange(2), rng.randrange(2)) for g in full for m in g]  # replica, gRPC?
+    retried = [(m, 1 - r, rng.randrange(2)) for m, r, _ in rng.sample(jobs, 40)]
+    jobs += retried + [(m, rng.randrange(2), rng.randrange(2)) for g in short for m in g[:5]]
+    rng.shuffle(jobs)
+    computed_metric = "reweighter_assembly_groups_computed_total"
+    computed = sum(metric(s.http_url, computed_metric) for s in replicas)
+
+    clients: list[list] = []
+    for svc in replicas:
+        pool = httpx.AsyncClient(  # members wait holding a connection: room for all of them
+            base_url=svc.http_url, headers=AUTH, limits=httpx.Limits(max_connections=2000)
+        )
+        clients.append(
+            [
+                AsyncReweighterClient(http=pool, retry=NO_RETRY),
+                AsyncGrpcReweighterClient(svc.grpc_target, api_key=KEY, retry=NO_RETRY),
+            ]
+        )
+    try:
+        results = await asyncio.wait_for(
+            asyncio.gather(*(_send(clients[r][t], m) for m, r, t in jobs)), 90
+        )
+    finally:
+        for pair in clients:
+            for c in pair:
+                await c.close()
+
+    want = _expected(full, replicas[0].http_url)
+    short_ids = {g[0].group_id for g in short}
+    by_member: dict[tuple[str, str], list[MemberResult]] = {}
+    for (m, _, _), r in zip(jobs, results, strict=True):
+        assert (r.group_id, r.member_id) == (m.group_id, m.member_id)
+        by_member.setdefault((m.group_id, m.member_id), []).append(r)
+        if m.group_id in short_ids:
+            assert (r.complete, r.reason, r.members, r.stats) == (False, "timeout", 5, None)
+            assert r.reward == r.raw_reward == m.reward
+            continue
+        assert r.complete and r.members == G and r.raw_reward == m.reward
+        assert r.reward == pytest.approx(want[(m.group_id, m.member_id)][0], abs=1e-6)
+        assert r.advantage == pytest.approx(want[(m.group_id, m.member_id)][1], abs=1e-6)
+    for key, answers in by_member.items():  # a retry at the other replica: the same answer
+        assert all(a == answers[0] for a in answers), key
+    after = sum(metric(s.http_url, computed_metric) for s in replicas)
+    assert after - computed == len(full)  # each group computed once, across both replicas
+    assert all(metric(s.http_url, "reweighter_assembly_waiting_members") == 0 for s in replicas)
+    assert sum(metric(s.http_url, "reweighter_assembly_timeouts_total") for s in replicas) >= 30
+
+
+def test_retry_after_completion_and_conflicts_over_both_transports(
+    replicas: list[BackgroundService],
+) -> None:
+    (g,) = _groups(1, random.Random(3), "conflict")
+    g = g[:2]
+    g = [MemberSubmission(**{**m.__dict__, "group_size": 2}) for m in g]
+    with (
+        ReweighterClient(replicas[0].http_url, api_key=KEY, retry=NO_RETRY) as http,
+        GrpcReweighterClient(replicas[1].grpc_target, api_key=KEY, retry=NO_RETRY) as rpc,
+    ):
+
+        async def both() -> list[MemberResult]:
+            loop = asyncio.get_running_loop()
+            calls = [
+                loop.run_in_executor(None, lambda: _sync_send(http, g[0])),
+                loop.run_in_executor(None, lambda: _sync_send(rpc, g[1])),
+            ]
+            return list(await asyncio.gather(*calls))
+
+        first = asyncio.run(both())
+        assert all(r.complete for r in first)
+        assert _sync_send(rpc, g[0]) == first[0]  # after completion, other replica and transport
+        for client in (http, rpc):
+            with pytest.raises(Conflict) as e:
+                _sync_send(client, MemberSubmission(**{**g[0].__dict__, "reward": 0.5}))
+            assert e.value.field == "reward"
+            with pytest.raises(PreconditionFailed) as e:
+                _sync_send(client, MemberSubmission(**{**g[0].__dict__, "member_id": "new"}))
+            assert e.value.field == "member_id"
+            with pytest.raises(PreconditionFailed) as e:
+                _sync_send(client, MemberSubmission(**{**g[0].__dict__, "method": "none"}))
+            assert e.value.field == "method"
+    body = {"member_id": g[0].member_id, "group_size": 2, "reward": 0.25, "embedding": [1.0]}
+    raw = httpx.post(
+        f"{replicas[1].http_url}/v1/groups/{g[0].group_id.replace('/', '%2F')}/members",
+        json=body, headers=AUTH,
+    )  # fmt: skip
+    assert raw.status_code == 409
+    assert raw.json()["error"]["type"] in ("Conflict", "PreconditionFailed")
+
+
+def _sync_send(client, m: MemberSubmission) -> MemberResult:
+    return client.submit_member(
+        m.group_id, m.member_id, m.group_size, m.reward, embedding=m.embedding,
+        method=m.method, advantages=m.advantages, timeout_s=m.timeout_s,
+    )  # fmt: skip
+
+
+def test_bad_member_auth_and_bounds(engine: ReweightEngine) -> None:
+    s = settings(api_key=KEY, assembly_max_open_groups=1)
+    with BackgroundService(s, engine) as svc:
+        url = f"{svc.http_url}/v1/groups/g1/members"
+        ok = {"member_id": "a", "group_size": 2, "reward": 1.0, "embedding": [1.0, 0.0]}
+        assert httpx.post(url, json=ok).status_code == 401
+        bad = httpx.post(url, json={**ok, "reward": "one"}, headers=AUTH)
+        assert bad.status_code == 422 and bad.json()["error"]["field"] == "reward"
+        nan = httpx.post(url, json={**ok, "embedding": [0.0, 0.0]}, headers=AUTH)
+        assert nan.status_code == 422 and nan.json()["error"]["field"] == "embedding"
+        with (
+            ReweighterClient(svc.http_url, retry=NO_RETRY) as anon,
+            GrpcReweighterClient(svc.grpc_target, retry=NO_RETRY) as anon_rpc,
+            GrpcReweighterClient(svc.grpc_target, api_key=KEY, retry=NO_RETRY) as rpc,
+        ):
+            for client in (anon, anon_rpc):
+                with pytest.raises(Unauthenticated):
+                    client.submit_member("g", "a", 2, 1.0, embedding=[1.0])
+            with pytest.raises(Unauthenticated):
+                anon_rpc.submit_members([MemberSubmission("g", "a", 2, 1.0, embedding=[1.0])])
+            with pytest.raises(InvalidInput) as e:
+                rpc.submit_member("g", "a", 0, 1.0, embedding=[1.0])
+            assert e.value.field == "group_size"
+            # one open group is the bound: a second one is refused with 429 / RESOURCE_EXHAUSTED
+            with httpx.Client(timeout=10) as c:
+                waiting = c.build_request("POST", url, json={**ok, "timeout_s": 3}, headers=AUTH)
+                import threading
+
+                holder = threading.Thread(target=lambda: c.send(waiting))
+                holder.start()
+                try:
+                    for _ in range(100):
+                        if metric(svc.http_url, "reweighter_assembly_open_groups") == 1:
+                            break
+                        threading.Event().wait(0.02)
+                    refused = httpx.post(
+                        f"{svc.http_url}/v1/groups/g2/members", json=ok, headers=AUTH
+                    )
+                    assert refused.status_code == 429 and refused.headers["retry-after"] == "1"
+                    with pytest.raises(Overloaded):
+                        rpc.submit_member("g3", "a", 2, 1.0, embedding=[1.0, 0.0])
+                finally:
+                    holder.join(10)
+
+
+async def test_many_members_over_one_grpc_stream(replicas: list[BackgroundService]) -> None:
+    rng = random.Random(8)
+    groups = _groups(10, rng, "stream")
+    members = [m for g in groups for m in g]
+    rng.shuffle(members)
+    bad = MemberSubmission(**{**members[0].__dict__, "group_size": 3})  # does not fit its group
+    async with AsyncGrpcReweighterClient(
+        replicas[0].grpc_target, api_key=KEY, retry=NO_RETRY
+    ) as rpc:
+        answers = await asyncio.wait_for(
+            _collect(rpc.submit_members(members[:40] + [bad] + members[40:])), 30
+        )
+    errors = [a for a in answers if not isinstance(a, MemberResult)]
+    assert len(errors) == 1 and isinstance(errors[0], PreconditionFailed)
+    assert errors[0].field == "group_size"
+    results = {(a.group_id, a.member_id): a for a in answers if isinstance(a, MemberResult)}
+    assert len(results) == len(members)
+    want = _expected(groups, replicas[1].http_url)
+    for key, (reward, adv) in want.items():
+        assert results[key].complete
+        assert results[key].reward == pytest.approx(reward, abs=1e-6)
+        assert results[key].advantage == pytest.approx(adv, abs=1e-6)
+
+
+async def _collect(stream) -> list:
+    return [a async for a in stream]
