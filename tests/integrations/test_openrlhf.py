@@ -5,7 +5,8 @@ executor `SingleTurnAgentExecutor(remote_rm_url).execute(...)` generates, decode
 response, posts to `--remote_rm_url` with its own aiohttp code and reads rewards/scores/
 extra_logs. Only the vLLM engine it generates with is a fake (no vLLM here); it speaks vLLM's
 `generate(prompt_token_ids, sampling_params, multi_modal_data=None)` -> RequestOutput shape.
-The server is the service's own HTTP app (`create_app`) with the router included, on uvicorn.
+The main endpoint is the service itself (`BackgroundService`: `create_app` mounts the router);
+routers with other verifiers and timeouts are mounted on the service's app for their tests.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from openrlhf.utils.agent import SingleTurnAgentExecutor  # noqa: E402
 from reweighter.api.http import create_app  # noqa: E402
 from reweighter.assembly import GroupAssembler, make_store  # noqa: E402
 from reweighter.integrations import openrlhf  # noqa: E402
+from reweighter.service import BackgroundService  # noqa: E402
 from reweighter.types import Group, ReweightRequest  # noqa: E402
 
 from .conftest import free_port, loopback  # noqa: E402
@@ -83,10 +85,11 @@ def upstream() -> Iterator[Served]:
 
 @pytest.fixture(scope="module")
 def server(engine: Any, upstream: Served) -> Iterator[Served]:
+    """The service's HTTP app (with its own /v1/openrlhf/reward) plus two more routers: a
+    short timeout, and the upstream verifier."""
     settings = loopback(assembly_timeout_s=60.0)
-    app = create_app(engine, settings)
-    app.state.assembler = GroupAssembler(engine, make_store(settings), settings)
-    app.include_router(openrlhf.make_router(openrlhf.math_verifier(), timeout_s=60))
+    assembler = GroupAssembler(engine, make_store(settings), settings)
+    app = create_app(engine, settings, assembler=assembler)
     app.include_router(openrlhf.make_router(
         openrlhf.math_verifier(), n=4, timeout_s=1.0, path="/short"))
     app.include_router(openrlhf.make_router(
@@ -159,9 +162,10 @@ def expected(engine: Any, outs: list[dict], tokenizer: Any) -> list[float]:
     return want
 
 
-async def test_openrlhf_client_gets_group_reweighted_rewards(server, engine, tokenizer) -> None:
+async def test_openrlhf_client_gets_group_reweighted_rewards(service, engine, tokenizer) -> None:
+    url = f"{service.http_url}/v1/openrlhf/reward?n=6"  # the service as deployed
     rows = problems(k=4, n=6, seed=0, tokenizer=tokenizer)
-    outs = await run_openrlhf(server.url("/v1/openrlhf/reward?n=6"), rows, tokenizer)
+    outs = await run_openrlhf(url, rows, tokenizer)
     want = expected(engine, outs, tokenizer)
     for o, w in zip(outs, want, strict=True):
         assert o["reward"] is not None, "OpenRLHF's client got no reward"
@@ -173,7 +177,7 @@ async def test_openrlhf_client_gets_group_reweighted_rewards(server, engine, tok
 
     # The same prompts come back next epoch with new completions: new groups, complete again.
     again = [(p, lab, r + " indeed") for p, lab, r in rows]
-    outs2 = await run_openrlhf(server.url("/v1/openrlhf/reward?n=6"), again, tokenizer)
+    outs2 = await run_openrlhf(url, again, tokenizer)
     assert all(o["extra_logs"]["reweighted"] == [1.0] for o in outs2)
     assert [o["reward"][0] for o in outs2] == pytest.approx(
         expected(engine, outs2, tokenizer), abs=1e-6)
@@ -228,21 +232,16 @@ def test_math_checker() -> None:
     assert not m(x("no numbers here"), "3")
 
 
-async def test_service_router_uses_the_service_key(engine, tokenizer) -> None:
-    """The router as the service mounts it (router_from_settings): same API key as /v1."""
-    settings = loopback(api_key="s3cret", openrlhf_n=2)
-    app = create_app(engine, settings)
-    app.state.assembler = GroupAssembler(engine, make_store(settings), settings)
-    app.include_router(openrlhf.router_from_settings(settings))
+async def test_service_endpoint_uses_the_service_key_and_settings(engine, tokenizer) -> None:
+    """The service's own mount: its API key, and --openrlhf-n when the URL has no ?n=."""
     rows = problems(k=1, n=2, seed=13, tokenizer=tokenizer)
     body = {"query": [p + " " + r for p, _, r in rows], "prompts": [p for p, _, _ in rows],
             "labels": [lab for _, lab, _ in rows]}
-    with Served(app) as s:
+    with BackgroundService(loopback(api_key="s3cret", openrlhf_n=2), engine) as svc:
+        url = f"{svc.http_url}/v1/openrlhf/reward"
         async with httpx.AsyncClient(timeout=30) as c:
-            r = await c.post(s.url("/v1/openrlhf/reward"), json=body)
+            r = await c.post(url, json=body)
             assert r.status_code == 401
-            r = await c.post(s.url("/v1/openrlhf/reward"), json=body,
-                             headers={"authorization": "Bearer s3cret"})
+            r = await c.post(url, json=body, headers={"authorization": "Bearer s3cret"})
     assert r.status_code == 200, r.text
     assert r.json()["extra_logs"]["reweighted"] == [1.0, 1.0]  # n=2 from the settings
-    await app.state.assembler.aclose()

@@ -208,3 +208,18 @@ async def test_validation_passes_raw_rewards_through(engine, tokenizer, tmp_path
     for o in outs:
         assert o["reward_score"] == o["reward_extra_info"]["reweighter_raw"]
         assert o["reward_extra_info"]["reweighter_complete"] == 0.0
+
+
+@pytest.mark.parametrize("transport", ["http", "grpc"])
+async def test_groups_assembled_over_the_service(
+    service, engine, tokenizer, tmp_path, transport: str
+) -> None:
+    """As deployed: the manager's own client (from reward.reweighter.url) to a live service."""
+    n = 3
+    url = service.http_url if transport == "http" else f"grpc://{service.grpc_target}"
+    batch = make_batch(tokenizer, prompts=4, n=n, seed=3, tag=transport)
+    outs = await run_two_workers(verl_config(tmp_path, n, url=url), batch)
+    want = expected(engine, batch, tokenizer)
+    for (_, _, d), o in zip(batch, outs, strict=True):
+        assert o["reward_extra_info"]["reweighter_complete"] == 1.0
+        assert o["reward_score"] == pytest.approx(want[decoded(tokenizer, d)], abs=1e-6)

@@ -19,6 +19,7 @@ from ... import __version__
 from ...assembly import GroupAssembler
 from ...config import Settings
 from ...errors import InvalidInput, ReweighterError
+from ...integrations import openrlhf
 from ...limits import max_body_bytes
 from ..metrics import Metrics
 from ..protocol import EngineProtocol
@@ -86,6 +87,7 @@ def create_app(
         return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
 
     app.include_router(build_router(engine, settings, metrics, assembler))
+    app.include_router(openrlhf.router_from_settings(settings))  # OpenRLHF --remote_rm_url
     limit = max_body_bytes(settings)
     app.add_middleware(BodyLimit, limit=limit, metrics=metrics, api_key=settings.api_key)
     return app
