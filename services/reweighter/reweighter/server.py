@@ -16,7 +16,7 @@ import sys
 from . import logs
 from .config import Settings, add_settings_flags, settings_from_args
 from .service import BackgroundService, Service
-from .shutdown import exit_watchdog
+from .shutdown import exit_now, exit_watchdog
 
 log = logging.getLogger("reweighter.server")
 
@@ -67,6 +67,8 @@ async def _serve_until_signal(settings: Settings, grace: float) -> int:
             loop.add_signal_handler(sig, service.force_stop)
         exit_watchdog(grace + EXIT_MARGIN_S)  # whatever still runs then, the process ends
         await service.stop(grace)
+        if not service.stopped_cleanly:  # a thread still busy in native code: do not join it
+            exit_now(service._exit_code)
 
 
 if __name__ == "__main__":  # python -m reweighter.server [flags]

@@ -19,12 +19,15 @@ from typing import Any
 
 import uvicorn
 
-from .api.http.connections import ConnectionGuard, connection_bound, guarded_protocol
+from .api.http.connections import ConnectionGuard, connection_limits, guarded_protocol
 from .api.protocol import EngineProtocol
 from .config import Settings
 from .shutdown import Draining
 
 log = logging.getLogger("reweighter.server")
+
+ENGINE_STOP_S = 2.0
+"""After the servers stop, the encoder's thread gets this long to finish its current slice."""
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -67,6 +70,8 @@ class Service:
         self._log_config = uvicorn.config.LOGGING_CONFIG if log_config == "uvicorn" else log_config
         self._stop = asyncio.Event()
         self._exit_code = 0
+        self.stopped_cleanly = True
+        """False when stop() left the encoder's thread running (the caller should not join it)."""
         self._tasks: list[asyncio.Task] = []
         self.http_port = 0
         self.grpc_port = 0
@@ -92,13 +97,13 @@ class Service:
         self.grpc_port = self.grpc.port
         sock = _bind(s.host, s.http_port)
         self.http_port = sock.getsockname()[1]
-        self.connections = ConnectionGuard(
-            connection_bound(s.max_connections), s.header_timeout_s, s.body_timeout_s
-        )
+        bound, backlog = connection_limits(s.max_connections)
+        self.connections = ConnectionGuard(bound, s.header_timeout_s, s.body_timeout_s)
         self.metrics.watch_connections(self.connections)
         config = uvicorn.Config(
             self.app,
             http=guarded_protocol(self.connections),  # TCP_NODELAY, deadlines, the bound
+            backlog=backlog,
             timeout_keep_alive=s.keepalive_timeout_s,
             lifespan="off",
             log_level=s.log_level.lower(),
@@ -156,6 +161,7 @@ class Service:
         UNAVAILABLE, retryable) and their encoder work dropped, so the servers can close
         with every request answered; the engine then gets a few seconds to stop its thread."""
         self._stop.set()
+        self.stopped_cleanly = True
         loop = asyncio.get_running_loop()
         drain = loop.call_later(max(0.0, grace - 0.5), self.draining.expire)
         self.http.config.timeout_graceful_shutdown = grace + 2.0
@@ -170,9 +176,10 @@ class Service:
                 task.cancel()
         if self._owns_engine:
             try:
-                await asyncio.wait_for(self.engine.aclose(), timeout=3.0)
+                await asyncio.wait_for(self.engine.aclose(), timeout=ENGINE_STOP_S)
             except TimeoutError:
-                log.warning("the encoder did not stop within 3 s of the drain; leaving it")
+                self.stopped_cleanly = False
+                log.warning("the encoder did not stop within %.0f s; leaving it", ENGINE_STOP_S)
 
 
 def _bind(host: str, port: int) -> socket.socket:

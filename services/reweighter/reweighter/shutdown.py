@@ -69,14 +69,20 @@ def _shutting_down() -> NotReady:
     return NotReady("the service is shutting down; retry (another replica)", retry_after=1.0)
 
 
+def exit_now(code: int = 0) -> None:
+    """Leave without joining threads (a to_thread or the encoder stuck in native code): every
+    request has been answered and the servers are closed; only the flush of the logs is due."""
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    os._exit(code)
+
+
 def exit_watchdog(seconds: float, code: int = 0) -> threading.Timer:
     """Exit the process in `seconds` unless it has exited by itself."""
 
     def fire() -> None:
         log.error("shutdown still not finished after %.1f s: exiting now", seconds)
-        for handler in logging.getLogger().handlers:
-            handler.flush()
-        os._exit(code)
+        exit_now(code)
 
     timer = threading.Timer(seconds, fire)
     timer.daemon = True

@@ -34,30 +34,35 @@ log = logging.getLogger(__name__)
 
 # Descriptors kept for everything but HTTP connections: gRPC, the model's files, Redis, logs.
 DESCRIPTOR_RESERVE = 128
+ACCEPT_BACKLOG = 2048  # uvicorn's default
+"""asyncio accepts up to `backlog` sockets per wake-up before any of them is admitted (or
+evicts another), so the descriptors must also cover two such bursts."""
 
 
-def connection_bound(requested: int) -> int:
-    """`requested`, lowered to fit the process's descriptor limit (raised to its hard limit
-    first): running out of descriptors turns every accept() into an error."""
+def connection_limits(requested: int) -> tuple[int, int]:
+    """(connection bound, accept backlog): `requested`, lowered to fit the process's descriptor
+    limit (raised to its hard limit first), since running out of descriptors turns every
+    accept() into an error and starves /healthz."""
+    want = requested + DESCRIPTOR_RESERVE + 2 * ACCEPT_BACKLOG
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    want = requested + DESCRIPTOR_RESERVE
     if soft != resource.RLIM_INFINITY and soft < want:
         new = want if hard == resource.RLIM_INFINITY else min(want, hard)
-        try:
+        with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
             soft = new
-        except (ValueError, OSError):
-            pass
     if soft == resource.RLIM_INFINITY or soft >= want:
-        return requested
-    bound = max(1, soft - DESCRIPTOR_RESERVE)
-    log.warning(
-        "max_connections %d lowered to %d: the process may open %d files (ulimit -n)",
-        requested,
-        bound,
-        soft,
-    )
-    return bound
+        return requested, ACCEPT_BACKLOG
+    usable = max(16, soft - DESCRIPTOR_RESERVE)
+    backlog = max(8, min(ACCEPT_BACKLOG, usable // 8))
+    bound = max(1, min(requested, usable - 2 * backlog))
+    if bound < requested:
+        log.warning(
+            "max_connections %d lowered to %d: the process may open %d files (ulimit -n)",
+            requested,
+            bound,
+            soft,
+        )
+    return bound, backlog
 
 
 def _refusal(status: int, reason: str, message: str, kind: str) -> bytes:
