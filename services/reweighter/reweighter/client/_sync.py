@@ -10,6 +10,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
+from ..assembly.types import MemberResult
 from ..types import EmbedResult, EngineInfo, ReweightRequest, ReweightResult
 
 T = TypeVar("T")
@@ -19,6 +20,7 @@ class AsyncClient(Protocol):
     async def reweight(self, request: ReweightRequest) -> ReweightResult: ...
     async def embed(self, texts: Sequence[str]) -> EmbedResult: ...
     async def info(self) -> EngineInfo: ...
+    async def submit_member(self, *args: Any, **kwargs: Any) -> MemberResult: ...
     async def close(self) -> None: ...
 
 
@@ -55,6 +57,10 @@ class SyncClient(Generic[A]):
 
     def info(self) -> EngineInfo:
         return self._run(self.aio.info())
+
+    def submit_member(self, *args: Any, **kwargs: Any) -> MemberResult:
+        """One group member, as the async client's `submit_member` (same arguments)."""
+        return self._run(self.aio.submit_member(*args, **kwargs))
 
     def close(self) -> None:
         if self._loop.is_closed():

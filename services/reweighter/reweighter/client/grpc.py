@@ -14,7 +14,6 @@ from collections.abc import (
     Awaitable,
     Callable,
     Iterable,
-    Mapping,
     Sequence,
 )
 from typing import Any, TypeVar
@@ -28,40 +27,14 @@ from ..assembly.types import MemberResult, MemberSubmission
 from ..errors import ReweighterError
 from ..limits import CLIENT_CHANNEL_OPTIONS
 from ..types import EmbedResult, EngineInfo, ReweightRequest, ReweightResult
+from ._base import AsyncClientBase
 from ._sync import SyncClient
 from .retry import RetryPolicy
 
 R = TypeVar("R")
-_MEMBER_MARGIN_S = 30.0  # a member's answer may come this long after its timeout_s
 
 
-def _submission(
-    group_id: str,
-    member_id: str,
-    group_size: int,
-    reward: float,
-    completion: str | None,
-    embedding: Sequence[float] | None,
-    method: str,
-    params: Mapping[str, Any] | None,
-    advantages: str,
-    timeout_s: float | None,
-) -> MemberSubmission:
-    return MemberSubmission(
-        group_id=group_id,
-        member_id=member_id,
-        group_size=group_size,
-        reward=reward,
-        completion=completion,
-        embedding=embedding,
-        method=method,  # type: ignore[arg-type]  # the server names a bad one
-        params=dict(params or {}),
-        advantages=advantages,  # type: ignore[arg-type]
-        timeout_s=timeout_s,
-    )
-
-
-class AsyncGrpcReweighterClient:
+class AsyncGrpcReweighterClient(AsyncClientBase):
     """Client for the reweighter.v1.Reweighter service; create it inside the loop that uses it.
 
     async with AsyncGrpcReweighterClient("127.0.0.1:50051") as client:
@@ -98,27 +71,7 @@ class AsyncGrpcReweighterClient:
     async def info(self) -> EngineInfo:
         return convert.proto_to_info(await self._call(self._stub.Info, pb.InfoRequest()))
 
-    async def submit_member(
-        self,
-        group_id: str,
-        member_id: str,
-        group_size: int,
-        reward: float,
-        *,
-        completion: str | None = None,
-        embedding: Sequence[float] | None = None,
-        method: str = "dra",
-        params: Mapping[str, Any] | None = None,
-        advantages: str = "none",
-        timeout_s: float | None = None,
-    ) -> MemberResult:
-        """Send one member of a group and wait for the group (docs/integrations.md); retried
-        like every call (it is idempotent). Deadline: timeout_s plus a margin, or none."""
-        sub = _submission(
-            group_id, member_id, group_size, reward, completion, embedding, method, params,
-            advantages, timeout_s,
-        )  # fmt: skip
-        deadline = None if timeout_s is None else float(timeout_s) + _MEMBER_MARGIN_S
+    async def _submit(self, sub: MemberSubmission, deadline: float | None) -> MemberResult:
         msg = convert.submission_to_proto(sub)
         answer = await self._call(self._stub.SubmitMember, msg, timeout=deadline)
         result = convert.proto_to_member_result(answer)
@@ -162,12 +115,6 @@ class AsyncGrpcReweighterClient:
     async def close(self) -> None:
         await self._channel.close()
 
-    async def __aenter__(self) -> AsyncGrpcReweighterClient:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
 
 class GrpcReweighterClient(SyncClient[AsyncGrpcReweighterClient]):
     """The synchronous gRPC client: AsyncGrpcReweighterClient on a private loop.
@@ -176,45 +123,11 @@ class GrpcReweighterClient(SyncClient[AsyncGrpcReweighterClient]):
         result = client.reweight(ReweightRequest(groups=[Group(rewards, completions)]))
     """
 
-    def __init__(
-        self,
-        target: str = "127.0.0.1:50051",
-        *,
-        api_key: str | None = None,
-        timeout: float = 60.0,
-        retry: RetryPolicy | None = None,
-        credentials: grpc.ChannelCredentials | None = None,
-    ) -> None:
-        super().__init__(
-            lambda: AsyncGrpcReweighterClient(
-                target, api_key=api_key, timeout=timeout, retry=retry, credentials=credentials
-            )
-        )
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """Arguments as AsyncGrpcReweighterClient's."""
+        super().__init__(lambda: AsyncGrpcReweighterClient(*args, **kwargs))
         self.retry = self.aio.retry
-        self.timeout = timeout
-
-    def submit_member(
-        self,
-        group_id: str,
-        member_id: str,
-        group_size: int,
-        reward: float,
-        *,
-        completion: str | None = None,
-        embedding: Sequence[float] | None = None,
-        method: str = "dra",
-        params: Mapping[str, Any] | None = None,
-        advantages: str = "none",
-        timeout_s: float | None = None,
-    ) -> MemberResult:
-        """Send one member of a group and wait for the group (AsyncGrpcReweighterClient's)."""
-        return self._run(
-            self.aio.submit_member(
-                group_id, member_id, group_size, reward, completion=completion,
-                embedding=embedding, method=method, params=params, advantages=advantages,
-                timeout_s=timeout_s,
-            )
-        )  # fmt: skip
+        self.timeout = self.aio.timeout
 
     def submit_members(
         self, members: Iterable[MemberSubmission]

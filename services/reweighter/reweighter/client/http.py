@@ -11,18 +11,17 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 from urllib.parse import quote
 
 import httpx
-from pydantic import BaseModel, ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from ..api.http.schemas import (
     EmbedIn,
     EmbedOut,
     ErrorOut,
-    InfoOut,
     MemberIn,
     MemberOut,
     ReweightIn,
@@ -31,12 +30,15 @@ from ..api.http.schemas import (
 from ..assembly.types import MemberResult, MemberSubmission
 from ..errors import ConnectionFailed, ReweighterError
 from ..types import EmbedResult, EngineInfo, ReweightRequest, ReweightResult
+from ._base import AsyncClientBase
 from ._sync import SyncClient
 from .retry import RetryPolicy
 
 _CONNECT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError)
-M = TypeVar("M", bound=BaseModel)
-_MEMBER_MARGIN_S = 30.0  # a member's answer may come this long after its timeout_s (Redis, load)
+T = TypeVar("T")
+# Answers are parsed with the server's own response models.
+_REWEIGHT, _EMBED, _MEMBER = (m.model_validate_json for m in (ReweightOut, EmbedOut, MemberOut))
+_INFO = TypeAdapter(EngineInfo)
 
 
 def _retry_after(response: httpx.Response) -> float | None:
@@ -55,7 +57,7 @@ def _error(response: httpx.Response) -> ReweighterError:
         return ReweighterError(text, http_status=response.status_code, retry_after=retry_after)
 
 
-class AsyncReweighterClient:
+class AsyncReweighterClient(AsyncClientBase):
     """Client for `reweighter serve` over HTTP (one connection pool, many concurrent calls).
 
     async with AsyncReweighterClient("http://127.0.0.1:8080") as client:
@@ -82,41 +84,19 @@ class AsyncReweighterClient:
 
     async def reweight(self, request: ReweightRequest) -> ReweightResult:
         body = ReweightIn.wire(request)
-        return (await self._call("POST", "/v1/reweight", ReweightOut, body)).to_result()
+        return (await self._call("POST", "/v1/reweight", _REWEIGHT, body)).to_result()
 
     async def embed(self, texts: Sequence[str]) -> EmbedResult:
         body = EmbedIn.wire(texts)
-        return (await self._call("POST", "/v1/embed", EmbedOut, body)).to_result()
+        return (await self._call("POST", "/v1/embed", _EMBED, body)).to_result()
 
     async def info(self) -> EngineInfo:
-        return (await self._call("GET", "/v1/info", InfoOut)).to_info()
+        return await self._call("GET", "/v1/info", _INFO.validate_json)
 
-    async def submit_member(
-        self,
-        group_id: str,
-        member_id: str,
-        group_size: int,
-        reward: float,
-        *,
-        completion: str | None = None,
-        embedding: Sequence[float] | None = None,
-        method: str = "dra",
-        params: Mapping[str, Any] | None = None,
-        advantages: str = "none",
-        timeout_s: float | None = None,
-    ) -> MemberResult:
-        """Send one member of a group and wait for the group (docs/integrations.md). Retried
-        like every call: it is idempotent. The read timeout is timeout_s plus a margin, or none
-        when timeout_s is None (the server answers by its own maximum)."""
-        sub = MemberSubmission(
-            group_id, member_id, group_size, reward, completion, embedding, method,  # type: ignore[arg-type]
-            dict(params or {}), advantages, timeout_s,  # type: ignore[arg-type]
-        )  # fmt: skip
-        path = f"/v1/groups/{quote(group_id, safe='')}/members"
-        read = None if timeout_s is None else float(timeout_s) + _MEMBER_MARGIN_S
-        timeout = httpx.Timeout(read, connect=5.0)
-        answer = await self._call("POST", path, MemberOut, MemberIn.wire(sub), timeout=timeout)
-        return answer.to_result()
+    async def _submit(self, sub: MemberSubmission, deadline: float | None) -> MemberResult:
+        path = f"/v1/groups/{quote(sub.group_id, safe='')}/members"
+        timeout = httpx.Timeout(deadline, connect=5.0)
+        return (await self._call("POST", path, _MEMBER, MemberIn.wire(sub), timeout)).to_result()
 
     async def ready(self) -> bool:
         try:
@@ -133,12 +113,18 @@ class AsyncReweighterClient:
             await asyncio.sleep(0.2)
 
     async def _call(
-        self, verb: str, path: str, model: type[M], payload: Any = None, timeout: Any = None
-    ) -> M:
+        self,
+        verb: str,
+        path: str,
+        parse: Callable[[bytes], T],
+        payload: Any = None,
+        timeout: httpx.Timeout | None = None,
+    ) -> T:
+        """The answer of one call, with retries, parsed by `parse` (a response model's)."""
         async for attempt in self.retry.attempts():
             with attempt:
                 response = await self._send(verb, path, payload, timeout)
-        return model.model_validate_json(response.content)
+        return parse(response.content)
 
     async def _send(
         self, verb: str, path: str, payload: Any, timeout: Any = None
@@ -160,12 +146,6 @@ class AsyncReweighterClient:
     async def close(self) -> None:
         await self._http.aclose()
 
-    async def __aenter__(self) -> AsyncReweighterClient:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
 
 class ReweighterClient(SyncClient[AsyncReweighterClient]):
     """The synchronous HTTP client: AsyncReweighterClient on a private loop.
@@ -174,41 +154,10 @@ class ReweighterClient(SyncClient[AsyncReweighterClient]):
         result = client.reweight(ReweightRequest(groups=[Group(rewards, completions)]))
     """
 
-    def __init__(
-        self,
-        base_url: str = "http://127.0.0.1:8080",
-        *,
-        api_key: str | None = None,
-        timeout: float = 60.0,
-        retry: RetryPolicy | None = None,
-    ) -> None:
-        super().__init__(
-            lambda: AsyncReweighterClient(base_url, api_key=api_key, timeout=timeout, retry=retry)
-        )
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """Arguments as AsyncReweighterClient's."""
+        super().__init__(lambda: AsyncReweighterClient(*args, **kwargs))
         self.retry = self.aio.retry
-
-    def submit_member(
-        self,
-        group_id: str,
-        member_id: str,
-        group_size: int,
-        reward: float,
-        *,
-        completion: str | None = None,
-        embedding: Sequence[float] | None = None,
-        method: str = "dra",
-        params: Mapping[str, Any] | None = None,
-        advantages: str = "none",
-        timeout_s: float | None = None,
-    ) -> MemberResult:
-        """Send one member of a group and wait for the group (AsyncReweighterClient's)."""
-        return self._run(
-            self.aio.submit_member(
-                group_id, member_id, group_size, reward, completion=completion,
-                embedding=embedding, method=method, params=params, advantages=advantages,
-                timeout_s=timeout_s,
-            )
-        )  # fmt: skip
 
     def ready(self) -> bool:
         return self._run(self.aio.ready())

@@ -15,6 +15,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from ...assembly import GroupAssembler
 from ...config import Settings
 from ...errors import NotReady
+from ...types import EngineInfo
 from ..auth import check_bearer
 from ..metrics import Metrics
 from ..protocol import EngineProtocol
@@ -22,7 +23,6 @@ from .schemas import (
     EmbedIn,
     EmbedOut,
     ErrorOut,
-    InfoOut,
     MemberIn,
     MemberOut,
     ReweightIn,
@@ -82,11 +82,11 @@ def build_router(
     async def prometheus() -> Response:
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
-    @api.get("/info", response_model=InfoOut)
-    async def info() -> InfoOut:
+    @api.get("/info", response_model=EngineInfo)
+    async def info() -> EngineInfo:
         """Model, dimension, device, methods and their parameter schemas, limits, version."""
         with metrics.track("http", "info"):
-            return InfoOut.model_validate(engine.info())
+            return engine.info()
 
     @api.post("/reweight", response_model=ReweightOut)
     async def reweight(body: ReweightIn) -> ReweightOut:

@@ -28,7 +28,6 @@ from ...errors import InvalidInput, ReweighterError, error_from
 from ...types import (
     AdvantageKind,
     EmbedResult,
-    EngineInfo,
     Group,
     GroupResult,
     GroupStats,
@@ -158,21 +157,7 @@ class ReweightOut(BaseModel):
 
     @classmethod
     def from_result(cls, result: ReweightResult) -> ReweightOut:
-        return cls(
-            method=result.method,
-            model=result.model,
-            groups=[
-                GroupOut(
-                    id=g.id,
-                    rewards=g.rewards,
-                    advantages=g.advantages,
-                    stats=GroupStatsOut(
-                        mean_similarity=g.stats.mean_similarity, lambda_=g.stats.lambda_
-                    ),
-                )
-                for g in result.groups
-            ],
-        )
+        return cls.model_validate(result, from_attributes=True)
 
     def to_result(self) -> ReweightResult:
         return ReweightResult(
@@ -222,26 +207,6 @@ class EmbedOut(BaseModel):
     def to_result(self) -> EmbedResult:
         arr = np.asarray(self.embeddings, dtype=np.float32).reshape(-1, self.dim)
         return EmbedResult(model=self.model, dim=self.dim, embeddings=arr)
-
-
-class MethodInfoOut(BaseModel):
-    description: str
-    params: dict[str, Any] = Field(..., description="JSON schema of the method's parameters")
-
-
-class InfoOut(BaseModel):
-    version: str
-    model: str | None
-    dim: int | None
-    device: str | None
-    ready: bool
-    long_text: str
-    methods: dict[str, MethodInfoOut]
-    advantages: list[str]
-    limits: dict[str, int]
-
-    def to_info(self) -> EngineInfo:
-        return self.model_dump()  # type: ignore[return-value]  # same keys as EngineInfo
 
 
 class StatusOut(BaseModel):

@@ -1,0 +1,62 @@
+"""What both async clients share: the group-member call, built once, and the async context
+manager. A transport implements `_submit` (send one MemberSubmission) and `close`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
+
+from ..assembly.types import MemberResult, MemberSubmission
+from ..types import AdvantageKind, Method
+
+MEMBER_MARGIN_S = 30.0
+"""A member's answer may come this long after its timeout_s (Redis, load): the client waits
+timeout_s plus this before it gives up."""
+
+C = TypeVar("C", bound="AsyncClientBase")
+
+
+class AsyncClientBase:
+    async def submit_member(
+        self,
+        group_id: str,
+        member_id: str,
+        group_size: int,
+        reward: float,
+        *,
+        completion: str | None = None,
+        embedding: Sequence[float] | None = None,
+        method: Method | str = Method.DRA,
+        params: Mapping[str, Any] | None = None,
+        advantages: AdvantageKind | str = AdvantageKind.NONE,
+        timeout_s: float | None = None,
+    ) -> MemberResult:
+        """Send one member of a group and wait for the group (docs/integrations.md). Retried
+        like every call: it is idempotent. The client waits timeout_s plus a margin, or without
+        a deadline when timeout_s is None (the server answers by its own maximum)."""
+        sub = MemberSubmission(
+            group_id=group_id,
+            member_id=member_id,
+            group_size=group_size,
+            reward=reward,
+            completion=completion,
+            embedding=embedding,
+            method=method,  # type: ignore[arg-type]  # the server names a bad one
+            params=dict(params or {}),
+            advantages=advantages,  # type: ignore[arg-type]
+            timeout_s=timeout_s,
+        )
+        deadline = None if timeout_s is None else float(timeout_s) + MEMBER_MARGIN_S
+        return await self._submit(sub, deadline)
+
+    async def _submit(self, sub: MemberSubmission, deadline: float | None) -> MemberResult:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self: C) -> C:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
