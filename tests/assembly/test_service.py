@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
 import uuid
 from collections.abc import Iterator
 
@@ -217,8 +218,8 @@ def test_bad_member_auth_and_bounds(engine: ReweightEngine) -> None:
         assert httpx.post(url, json=ok).status_code == 401
         bad = httpx.post(url, json={**ok, "reward": "one"}, headers=AUTH)
         assert bad.status_code == 422 and bad.json()["error"]["field"] == "reward"
-        nan = httpx.post(url, json={**ok, "embedding": [0.0, 0.0]}, headers=AUTH)
-        assert nan.status_code == 422 and nan.json()["error"]["field"] == "embedding"
+        zero = httpx.post(url, json={**ok, "embedding": [0.0, 0.0]}, headers=AUTH)
+        assert zero.status_code == 422 and zero.json()["error"]["field"] == "embedding"
         with (
             ReweighterClient(svc.http_url, retry=NO_RETRY) as anon,
             GrpcReweighterClient(svc.grpc_target, retry=NO_RETRY) as anon_rpc,
@@ -235,8 +236,6 @@ def test_bad_member_auth_and_bounds(engine: ReweightEngine) -> None:
             # one open group is the bound: a second one is refused with 429 / RESOURCE_EXHAUSTED
             with httpx.Client(timeout=10) as c:
                 waiting = c.build_request("POST", url, json={**ok, "timeout_s": 3}, headers=AUTH)
-                import threading
-
                 holder = threading.Thread(target=lambda: c.send(waiting))
                 holder.start()
                 try:
