@@ -18,15 +18,7 @@ from urllib.parse import quote
 import httpx
 from pydantic import TypeAdapter, ValidationError
 
-from ..api.http.schemas import (
-    EmbedIn,
-    EmbedOut,
-    ErrorOut,
-    MemberIn,
-    MemberOut,
-    ReweightIn,
-    ReweightOut,
-)
+from ..api.http import schemas
 from ..assembly.types import MemberResult, MemberSubmission
 from ..errors import ConnectionFailed, ReweighterError
 from ..types import EmbedResult, EngineInfo, ReweightRequest, ReweightResult
@@ -37,7 +29,9 @@ from .retry import RetryPolicy
 _CONNECT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError)
 T = TypeVar("T")
 # Answers are parsed with the server's own response models.
-_REWEIGHT, _EMBED, _MEMBER = (m.model_validate_json for m in (ReweightOut, EmbedOut, MemberOut))
+_REWEIGHT, _EMBED, _MEMBER = (
+    m.model_validate_json for m in (schemas.ReweightOut, schemas.EmbedOut, schemas.MemberOut)
+)
 _INFO = TypeAdapter(EngineInfo)
 
 
@@ -51,7 +45,7 @@ def _retry_after(response: httpx.Response) -> float | None:
 def _error(response: httpx.Response) -> ReweighterError:
     retry_after = _retry_after(response)
     try:
-        return ErrorOut.model_validate_json(response.content).to_error(retry_after)
+        return schemas.ErrorOut.model_validate_json(response.content).to_error(retry_after)
     except ValidationError:
         text = f"HTTP {response.status_code}: {response.text[:500]}"
         return ReweighterError(text, http_status=response.status_code, retry_after=retry_after)
@@ -83,11 +77,11 @@ class AsyncReweighterClient(AsyncClientBase):
         )
 
     async def reweight(self, request: ReweightRequest) -> ReweightResult:
-        body = ReweightIn.wire(request)
+        body = schemas.ReweightIn.wire(request)
         return (await self._call("POST", "/v1/reweight", _REWEIGHT, body)).to_result()
 
     async def embed(self, texts: Sequence[str]) -> EmbedResult:
-        body = EmbedIn.wire(texts)
+        body = schemas.EmbedIn.wire(texts)
         return (await self._call("POST", "/v1/embed", _EMBED, body)).to_result()
 
     async def info(self) -> EngineInfo:
@@ -96,7 +90,9 @@ class AsyncReweighterClient(AsyncClientBase):
     async def _submit(self, sub: MemberSubmission, deadline: float | None) -> MemberResult:
         path = f"/v1/groups/{quote(sub.group_id, safe='')}/members"
         timeout = httpx.Timeout(deadline, connect=5.0)
-        return (await self._call("POST", path, _MEMBER, MemberIn.wire(sub), timeout)).to_result()
+        return (
+            await self._call("POST", path, _MEMBER, schemas.MemberIn.wire(sub), timeout)
+        ).to_result()
 
     async def ready(self) -> bool:
         try:

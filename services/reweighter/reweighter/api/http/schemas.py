@@ -300,31 +300,9 @@ class MemberOut(BaseModel):
 
     @classmethod
     def from_result(cls, r: MemberResult) -> MemberOut:
-        stats = None
-        if r.stats is not None:
-            stats = GroupStatsOut(mean_similarity=r.stats.mean_similarity, lambda_=r.stats.lambda_)
-        return cls(
-            group_id=r.group_id,
-            member_id=r.member_id,
-            reward=r.reward,
-            raw_reward=r.raw_reward,
-            advantage=r.advantage,
-            complete=r.complete,
-            reason=r.reason,
-            stats=stats,
-            members=r.members,
-        )
+        return cls.model_validate(r, from_attributes=True)
 
     def to_result(self) -> MemberResult:
         s = self.stats
-        return MemberResult(
-            group_id=self.group_id,
-            member_id=self.member_id,
-            reward=self.reward,
-            raw_reward=self.raw_reward,
-            advantage=self.advantage,
-            complete=self.complete,
-            reason=self.reason,
-            stats=None if s is None else GroupStats(s.mean_similarity, s.lambda_),
-            members=self.members,
-        )
+        stats = None if s is None else GroupStats(s.mean_similarity, s.lambda_)
+        return MemberResult(**self.model_dump(exclude={"stats"}), stats=stats)
