@@ -183,7 +183,11 @@ class PrivateRedis:
 
 
 # Small enough that a max-size request encodes in seconds here (the fairness test sends one).
-KEYED_MAX_CHARS = 120_000
+KEYED_MAX_CHARS = 30_000
+KEYED_MAX_COMPLETIONS = 512  # with max_chars, a body limit of ~14 MB
+KEYED_GRACE_S = 2.0
+KEYED_NOFILE = 256
+KEYED_TIMEOUT_S = 2.0
 
 
 @pytest.fixture(scope="package")
@@ -193,14 +197,64 @@ def private_redis() -> Iterator[PrivateRedis]:
     server.stop()
 
 
+def _start_keyed(redis: PrivateRedis) -> Served:
+    return start_serve(
+        "--shutdown-grace",
+        str(KEYED_GRACE_S),
+        nofile=KEYED_NOFILE,
+        api_key=API_KEY,
+        max_chars=KEYED_MAX_CHARS,
+        max_completions=KEYED_MAX_COMPLETIONS,
+        redis_url=redis.url,
+        header_timeout_s=KEYED_TIMEOUT_S,
+        body_timeout_s=KEYED_TIMEOUT_S,
+        keepalive_timeout_s=KEYED_TIMEOUT_S,
+        compile="off",  # no background compile competing for the CPU and the descriptors
+    )
+
+
 @pytest.fixture(scope="package")
-def keyed(private_redis: PrivateRedis) -> Iterator[Served]:
-    """One shared service with an API key and a password-protected Redis, for the tests that
-    only send requests (one start-up for most of the package: starting costs ~10-20 s here)."""
-    served = start_serve(api_key=API_KEY, max_chars=KEYED_MAX_CHARS, redis_url=private_redis.url)
-    yield served
-    served.stop()
-    served.log_path.unlink(missing_ok=True)
+def _keyed_holder(private_redis: PrivateRedis) -> Iterator[dict[str, Served]]:
+    holder: dict[str, Served] = {}
+    yield holder
+    if "served" in holder:
+        holder["served"].stop()
+        holder["served"].log_path.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def keyed(_keyed_holder: dict[str, Served], private_redis: PrivateRedis) -> Served:
+    """One shared `reweighter serve` for the whole package (starting one costs 10-40 s on this
+    machine): an API key, a password-protected private Redis, 2 s read deadlines, 256 file
+    descriptors, the eager encoder, small request limits and a 2 s shutdown grace. A test
+    that stops it (marked `stops_service`, run last) leaves the next user a fresh one."""
+    served = _keyed_holder.get("served")
+    if served is None or served.proc.poll() is not None:
+        if served is not None:
+            served.log_path.unlink(missing_ok=True)
+        served = _keyed_holder["served"] = _start_keyed(private_redis)
+    return served
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "stops_service: stops the shared service; runs last")
+    config.addinivalue_line("markers", "leaves_work: leaves the encoder busy; runs late")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that leave the encoder busy run late, and tests that stop the shared service
+    last, among this package's tests (the other packages' order is left alone)."""
+    here = Path(__file__).parent
+    slots = [i for i, item in enumerate(items) if here in Path(item.path).parents]
+    ours = sorted(
+        (items[i] for i in slots),
+        key=lambda item: (
+            item.get_closest_marker("stops_service") is not None,
+            item.get_closest_marker("leaves_work") is not None,
+        ),
+    )
+    for i, item in zip(slots, ours, strict=True):
+        items[i] = item
 
 
 def error_shape(body: object) -> dict:

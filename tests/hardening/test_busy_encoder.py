@@ -1,7 +1,7 @@
 """Items 1 and 6: a max-size request must not hold the encoder against everyone else, and
 SIGTERM must end the process within its grace even while the encoder is busy.
 
-One child service with a small `max_chars`, so that "max-size" means seconds of encoding here,
+The shared service has a small `max_chars`, so that "max-size" means seconds of encoding here,
 not minutes. Ordering and completion are asserted, not wall-clock thresholds: the latency a small
 request sees beside the big one is measured in the report, not here."""
 
@@ -11,17 +11,16 @@ import random
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from .conftest import Served, error_shape, start_serve
+from .conftest import AUTH, KEYED_GRACE_S, KEYED_MAX_CHARS, Served, error_shape
 
-MAX_CHARS = 60_000
-GRACE_S = 2.0
+MAX_CHARS = KEYED_MAX_CHARS
+GRACE_S = KEYED_GRACE_S
 _WORDS = ["first", "we", "compute", "the", "product", "then", "carry", "digit", "so", "sum"]
 
 
@@ -57,7 +56,7 @@ def _metric(served: Served, name: str, **labels: str) -> float:
 
 
 def _post(served: Served, body: dict, timeout: float = 600) -> tuple[httpx.Response, float]:
-    response = httpx.post(served.url + "/v1/reweight", json=body, timeout=timeout)
+    response = httpx.post(served.url + "/v1/reweight", json=body, headers=AUTH, timeout=timeout)
     return response, time.monotonic()
 
 
@@ -71,15 +70,9 @@ def _wait_encoding(served: Served, big: Future, batches_before: float) -> None:
     raise AssertionError("the big request never reached the encoder")
 
 
-@pytest.fixture(scope="module")
-def busy() -> Iterator[Served]:
-    served = start_serve("--shutdown-grace", str(GRACE_S), max_chars=MAX_CHARS)
-    yield served
-    served.stop()
-    served.log_path.unlink(missing_ok=True)
-
-
-def test_small_requests_finish_while_a_max_size_request_encodes(busy: Served) -> None:
+@pytest.mark.leaves_work
+def test_small_requests_finish_while_a_max_size_request_encodes(keyed: Served) -> None:
+    busy = keyed
     with ThreadPoolExecutor(8) as pool:
         before = _metric(busy, "reweighter_batches_total")
         started = time.monotonic()
@@ -100,13 +93,18 @@ def test_small_requests_finish_while_a_max_size_request_encodes(busy: Served) ->
             )
 
 
-def test_sigterm_with_the_encoder_busy_exits_within_grace(busy: Served) -> None:
+@pytest.mark.stops_service
+def test_sigterm_with_the_encoder_busy_exits_within_grace(keyed: Served) -> None:
+    busy = keyed
     with ThreadPoolExecutor(8) as pool:
         before = _metric(busy, "reweighter_batches_total")
         big = pool.submit(_post, busy, big_request(seed=2), 120)
         _wait_encoding(busy, big, before)
         small = [pool.submit(_post, busy, small_request(seed=200 + 10 * i), 120) for i in range(2)]
-        time.sleep(0.2)
+        deadline = time.monotonic() + 30  # all three in the server's hands before the signal
+        while _metric(busy, "reweighter_requests_in_flight", transport="http") < 3:
+            assert time.monotonic() < deadline, "the requests never reached the server"
+            time.sleep(0.05)
         sent = time.monotonic()
         busy.proc.send_signal(signal.SIGTERM)
         try:

@@ -2,18 +2,18 @@
 their timeouts, concurrent connections are bounded (idle ones make room for new ones), running
 out of file descriptors does not flood the log, and /healthz answers throughout.
 
-Bounded: a few hundred loopback sockets, timeouts of 2 s, each test well under 20 s."""
+Bounded: a few hundred loopback sockets against the shared service (2 s read deadlines, 256
+file descriptors), each test well under 20 s."""
 
 from __future__ import annotations
 
 import re
 import socket
 import time
-from collections.abc import Callable
 
 import httpx
 
-from .conftest import Served
+from .conftest import KEYED_NOFILE, KEYED_TIMEOUT_S, Served
 
 
 def _connect(served: Served, send: bytes = b"") -> socket.socket:
@@ -57,10 +57,8 @@ def _close_all(socks: list[socket.socket]) -> None:
         s.close()
 
 
-def test_idle_and_half_sent_requests_time_out_while_healthz_answers(
-    serve: Callable[..., Served],
-) -> None:
-    served = serve(ready=False, header_timeout_s=2, body_timeout_s=2, keepalive_timeout_s=2)
+def test_idle_and_half_sent_requests_time_out_while_healthz_answers(keyed: Served) -> None:
+    served = keyed
     head = f"POST /v1/reweight HTTP/1.1\r\nhost: 127.0.0.1:{served.http_port}\r\n".encode()
     body_head = head + b"content-type: application/json\r\ncontent-length: 1000\r\n\r\n{"
     idle = [_connect(served) for _ in range(300)]
@@ -69,7 +67,7 @@ def test_idle_and_half_sent_requests_time_out_while_healthz_answers(
     try:
         latencies = [_healthz(served) for _ in range(5)]
         assert max(latencies) < 3.0
-        open_idle = _wait_closed(idle, timeout=2 + 5)
+        open_idle = _wait_closed(idle, timeout=KEYED_TIMEOUT_S + 5)
         open_head = _wait_closed(slow_head, timeout=1)
         open_body = _wait_closed(slow_body, timeout=1)
         assert (len(open_idle), len(open_head), len(open_body)) == (0, 0, 0)
@@ -78,19 +76,20 @@ def test_idle_and_half_sent_requests_time_out_while_healthz_answers(
         _close_all(idle + slow_head + slow_body)
 
 
-def test_connections_are_bounded_below_the_descriptor_limit(serve: Callable[..., Served]) -> None:
+def test_connections_are_bounded_below_the_descriptor_limit(keyed: Served) -> None:
     """With 256 descriptors and the default bound, 400 idle connections: the bound is clamped
     under the descriptor limit, idle connections make room for new clients (/healthz answers),
     and the log does not fill with accept() errors."""
-    served = serve(nofile=256, ready=False, header_timeout_s=30)
+    served = keyed
+    log_from = len(served.log())
     socks = [_connect(served) for _ in range(400)]
     try:
         time.sleep(1.0)
         for _ in range(3):
             _healthz(served)
-        still_open = _wait_closed(socks, timeout=3)
-        assert len(still_open) < 256, f"{len(still_open)} of 400 idle connections held open"
-        log = served.log()
+        still_open = _wait_closed(socks, timeout=1)
+        assert len(still_open) < KEYED_NOFILE, f"{len(still_open)} of 400 connections held open"
+        log = served.log()[log_from:]
         noisy = len(re.findall(r"Traceback|out of system resource|Too many open", log))
         assert noisy <= 5, log[-2000:]
     finally:

@@ -27,7 +27,7 @@ def _label_values(served: Served) -> tuple[dict[str, set[str]], int, int]:
         if not family.name.startswith("reweighter_request"):
             continue
         for sample in family.samples:
-            series += 1
+            series += sample.name == "reweighter_requests_total"
             for k, v in sample.labels.items():
                 seen.setdefault(k, set()).add(v)
     return seen, series, len(text)
@@ -64,7 +64,8 @@ def test_client_chosen_names_do_not_become_label_values(keyed: Served) -> None:
     seen, series, size = _label_values(keyed)
     assert seen.get("method", set()) <= METHODS, seen["method"]
     assert seen.get("endpoint", set()) <= ENDPOINTS, seen["endpoint"]
-    # 90 made-up names later, the series count grew by a bounded handful (new outcomes), not 90
-    assert series - before_series < 60, (before_series, series)
+    # 90 made-up names later, the request counter has a handful more series (new outcomes
+    # under "other"), not 90
+    assert series - before_series <= 8, (before_series, series)
     assert not re.search(r"[0-9a-f]{32}", httpx.get(keyed.url + "/metrics").text)
     assert size < 200_000

@@ -11,7 +11,7 @@ import threading
 
 from reweighter.config import Settings
 from reweighter.engine import ReweightEngine
-from reweighter.server import BackgroundService
+from reweighter.service import BackgroundService
 
 
 class NeverLoads(ReweightEngine):
