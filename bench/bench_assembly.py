@@ -5,7 +5,8 @@ transport sends groups of G=8 members with precomputed 384-d embeddings (so the 
 of the picture and what is left is assembly: validation, the store, waiting, answering). Per
 group, interleaved: one /v1/reweight call on the whole group, then the group's 8 members sent
 concurrently with `submit_member` (each member's latency is send -> answer; the group completes
-when its last member lands). Overhead per member = member latency - the group's /v1/reweight
+when its last member lands). A first row calls the engine and the assembler directly, in this
+process, without any transport. Overhead per member = member latency - the group's /v1/reweight
 latency, p50/p99 over the run; each cell is the median of several runs. Prints a markdown table;
 writes bench/out/assembly.json.
 
@@ -116,6 +117,41 @@ async def run_store(store: str, redis_url: str | None, args: argparse.Namespace)
     return rows
 
 
+class _InProcess:
+    """The assembler and engine called directly (no transport): what assembly itself costs."""
+
+    def __init__(self) -> None:
+        from reweighter.assembly import GroupAssembler, make_store
+        from reweighter.config import Settings
+        from reweighter.engine import ReweightEngine
+
+        settings = Settings(compile="off")
+        self.engine = ReweightEngine(settings)
+        self.engine.load()
+        self.assembler = GroupAssembler(self.engine, make_store(settings), settings)
+
+    async def reweight(self, request: ReweightRequest):
+        return await self.engine.areweight(request)
+
+    async def submit_member(self, gid, mid, size, reward, **kw):
+        from reweighter.assembly import MemberSubmission
+
+        return await self.assembler.submit(MemberSubmission(gid, mid, size, reward, **kw))
+
+
+async def run_in_process(args: argparse.Namespace) -> list[dict]:
+    client = _InProcess()
+    try:
+        row = {"transport": "none (in process)", "store": "in-process",
+               **await cell(client, args.groups, args.runs, seed=99)}  # fmt: skip
+    finally:
+        await client.assembler.aclose()
+    print(f"  in process: member p50 {row['member_p50']:6.1f} ms  /v1/reweight p50 "
+          f"{row['reweight_p50']:6.1f}  overhead p50 {row['overhead_p50']:6.1f}",
+          file=sys.stderr)  # fmt: skip
+    return [row]
+
+
 def table(rows: list[dict]) -> str:
     lines = [
         "| transport | store | member p50 / p99 (ms) | /v1/reweight, whole group p50 / p99 (ms)"
@@ -140,7 +176,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.runs, args.groups = 3, 10
-    rows = asyncio.run(run_store("in-process", None, args))
+    rows = asyncio.run(run_in_process(args))
+    rows += asyncio.run(run_store("in-process", None, args))
     rows += asyncio.run(run_store("Redis", args.redis_url, args))
     print(table(rows))
     OUT.mkdir(exist_ok=True)

@@ -131,7 +131,7 @@ async def test_a_short_group_times_out_then_completes_for_retries(
     loop = asyncio.get_running_loop()
     start = loop.time()
     short = await asyncio.gather(assembler.submit(g[0]), assembler.submit(g[1]))
-    assert loop.time() - start < 0.4 + 0.3
+    assert loop.time() - start < 0.4 + 1.0  # slack for a loaded machine, not for a hang
     present = sorted(g[:2], key=lambda m: m.member_id)
     want = advantages(torch.tensor([m.reward for m in present]), "grpo").tolist()
     for r in short:
@@ -156,7 +156,7 @@ async def test_timeout_is_capped_and_defaulted(engine: ReweightEngine) -> None:
             start = loop.time()
             sub = MemberSubmission(f"cap{timeout}", "a", 2, 1.0, embedding=[1.0], timeout_s=timeout)
             assert (await asyncio.wait_for(asyncio.shield(asm.submit(sub)), 5)).reason == "timeout"
-            assert loop.time() - start < 0.3 + 0.2
+            assert loop.time() - start < 0.3 + 1.0  # capped: 100 s were asked for
     finally:
         await asm.aclose()
 

@@ -115,7 +115,7 @@ async def test_redis_lost_mid_assembly_never_hangs_past_the_timeout(
         await asyncio.sleep(0.3)
         redis_server.stop()
         outcomes = await asyncio.wait_for(asyncio.gather(*waiting, return_exceptions=True), 10)
-        assert loop.time() - start < 1.5 + 0.5
+        assert loop.time() - start < 1.5 + 1.0  # slack for a loaded machine
         for o in outcomes:  # an error or the timeout answer, each a clear outcome
             assert isinstance(o, StoreUnavailable) or (o.complete is False and o.members >= 1)
         assert any(isinstance(o, StoreUnavailable) for o in outcomes)  # no store: no member list
