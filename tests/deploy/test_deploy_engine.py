@@ -40,7 +40,7 @@ OFFLINE_MARKER = "offline/debian:bookworm"  # the base docker-offline.sh builds 
 PROJECT_PREFIX = "rw-e2e-"
 ENGINE_START_TIMEOUT_S = 900  # first time: apt-get install docker.io, debootstrap
 BUILD_TIMEOUT_S = 1800  # first time: torch and the pinned wheels; later, layer cache hits
-READY_TIMEOUT_S = 300  # the CPU image compiles the encoder at start
+READY_TIMEOUT_S = 600  # the CPU image compiles the encoder at start: minutes on 2 busy cores
 TRAIN_TIMEOUT_S = 900
 CMD_TIMEOUT_S = 180
 
@@ -190,6 +190,15 @@ class Stack:
             _run(argv, CMD_TIMEOUT_S, self.env())
 
 
+def image_ids(docker: str, images: list[str]) -> dict[str, str]:
+    ids = {}
+    for image in images:
+        out = _run([docker, "image", "inspect", "--format", "{{.Id}}", image], 60)
+        if out.returncode == 0:
+            ids[image] = out.stdout.strip()
+    return ids
+
+
 def reap_stale_projects(compose: list[str]) -> None:
     """Take down projects this test left behind when its process was killed."""
     try:
@@ -234,13 +243,20 @@ def stack(tmp_path_factory) -> Iterator[Stack]:
     compose = compose_command()
     if compose is None:
         _skip(f"Docker Compose v2 not found: {INSTALL_HINT}")
-    _docker, offline = ensure_engine()
+    docker, offline = ensure_engine()
     reap_stale_projects(compose)
     s = Stack(compose, offline, tmp_path_factory.mktemp("compose"))
     try:
+        images = s.run("--profile", "cpu", "config", "--images").stdout.split()
+        before = image_ids(docker, images)
         t = time.monotonic()
         s.run("--profile", "cpu", "build", timeout=BUILD_TIMEOUT_S)
         s.times["build (reweighter + trainer-cpu images)"] = time.monotonic() - t
+        # A rebuilt tag leaves its old image untagged: remove it (refused while in use).
+        after = image_ids(docker, images)
+        for image, old in before.items():
+            if after.get(image) != old:
+                _run([docker, "image", "rm", old], CMD_TIMEOUT_S)
         t = time.monotonic()
         s.run("up", "-d", timeout=READY_TIMEOUT_S)
         wait_ready(s)
