@@ -78,6 +78,7 @@ class _Watch:
         self.event = asyncio.Event()
         self.done: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self.waiters = 0
+        self.local: dict[str, float] = {}  # member -> raw reward, of those that waited here
         self.task: asyncio.Task[None] | None = None
 
 
@@ -167,6 +168,7 @@ class GroupAssembler:
             watch = self._watches[gid] = _Watch(m.sub.group_size)
             watch.task = asyncio.create_task(self._watch(gid, watch), name=f"assembly:{gid}")
         watch.waiters += 1
+        watch.local[m.sub.member_id] = m.reward
         self._waiting += 1
         if count >= watch.size:
             watch.event.set()
@@ -179,7 +181,7 @@ class GroupAssembler:
                     asyncio.shield(watch.done), max(0.0, deadline - reserve - loop.time())
                 )
             except TimeoutError:
-                return await self._timeout_answer(m, deadline)
+                return await self._timeout_answer(m, deadline, watch)
             return self._answer(result, m)
         finally:
             watch.waiters -= 1
@@ -287,13 +289,19 @@ class GroupAssembler:
             members=len(result["ids"]),
         )
 
-    async def _timeout_answer(self, m: _Member, deadline: float) -> MemberResult:
-        """The group is still short: raw reward, advantage over the members present."""
-        result, _ = await self._bounded(self.store.poll(m.sub.group_id), deadline)
-        if result is not None:  # finished just now
-            return self._answer(json.loads(result), m)
-        records = await self._bounded(self.store.members(m.sub.group_id), deadline)
-        raw = {mid: json.loads(rec)["r"] for mid, rec in records.items()}
+    async def _timeout_answer(self, m: _Member, deadline: float, watch: _Watch) -> MemberResult:
+        """The group is still short: raw reward, advantage over the members present. When the
+        store cannot say who is present by the deadline (Redis down or swamped), over the
+        members that waited on this replica: a degraded answer on time rather than an error."""
+        try:
+            result, _ = await self._bounded(self.store.poll(m.sub.group_id), deadline)
+            if result is not None:  # finished just now
+                return self._answer(json.loads(result), m)
+            records = await self._bounded(self.store.members(m.sub.group_id), deadline)
+            raw = {mid: json.loads(rec)["r"] for mid, rec in records.items()}
+        except StoreUnavailable as e:
+            log.warning("timeout answer for %r from this replica's members: %s", m.sub.group_id, e)
+            raw = dict(watch.local)
         raw[m.sub.member_id] = m.reward  # present even if the open group expired meanwhile
         ids = sorted(raw)
         adv = None
