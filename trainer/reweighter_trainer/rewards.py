@@ -13,9 +13,19 @@ from typing import Any
 
 from reweighter.integrations.trl import completion_text
 
-__all__ = ["accuracy_reward", "completion_text", "extract_answer", "format_reward"]
+__all__ = [
+    "accuracy_reward",
+    "completion_text",
+    "extract_answer",
+    "extract_final_number",
+    "final_answer_reward",
+    "format_reward",
+]
 
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_FINAL = re.compile(
+    r"answer(?:\s+is)?\s*[:*]*\s*\$?\s*(-?\d[\d,]*(?:\.\d+)?)", re.IGNORECASE
+)
 _FULL_FORMAT = re.compile(r"^\s*<think>.*?</think>\s*<answer>.*?</answer>\s*$", re.DOTALL)
 
 
@@ -66,4 +76,36 @@ def format_reward(prompts: Sequence[Any], completions: Sequence[Any], **_: Any) 
     return out
 
 
-REWARDS = {"accuracy": accuracy_reward, "format": format_reward}
+def extract_final_number(text: str) -> str | None:
+    """The number after the last "Answer:" ("answer is", "**Answer:** $") with commas removed.
+
+    Small chat models write answers many ways; the word "answer" anchors the number so that
+    intermediate results in the reasoning never count.
+    """
+    found = _FINAL.findall(text)
+    return found[-1].replace(",", "") if found else None
+
+
+def final_answer_reward(
+    prompts: Sequence[Any], completions: Sequence[Any], answer: Sequence[str], **_: Any
+) -> list[float]:
+    """1.0 when the number after the last "Answer:" equals the gold number, else 0.0.
+
+    For the `wordmath` task (integer answers); exact numeric comparison, no math parser needed.
+    """
+    out = []
+    for completion, gold in zip(completions, answer, strict=True):
+        given = extract_final_number(completion_text(completion))
+        try:
+            ok = given is not None and float(given) == float(gold)
+        except ValueError:
+            ok = False
+        out.append(1.0 if ok else 0.0)
+    return out
+
+
+REWARDS = {
+    "accuracy": accuracy_reward,
+    "format": format_reward,
+    "final_answer": final_answer_reward,
+}

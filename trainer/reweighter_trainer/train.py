@@ -56,8 +56,24 @@ def build_backend(rw: ReweighterSection, rank: int) -> Backend:
     return backend
 
 
-def run(cfg: TrainConfig) -> dict[str, Any]:
-    started = time.perf_counter()
+def model_path(cfg: TrainConfig) -> str:
+    """A local directory (tiny model built, SmolLM2 converted, on first use) or a hub name."""
+    if cfg.model.tiny is not None:
+        from .tiny_model import tiny_model_path
+
+        return str(tiny_model_path(cfg.model.tiny))
+    if cfg.model.smollm2 is not None:
+        from .policy import PolicyUnavailable, smollm2_path
+
+        try:
+            return str(smollm2_path(**cfg.model.smollm2))
+        except PolicyUnavailable as e:
+            raise ConfigError(f"model.smollm2: {e}") from e
+    return str(cfg.model.name_or_path)
+
+
+def build_trainer(cfg: TrainConfig) -> tuple[Any, ReweightedReward]:
+    """GRPOTrainer with the reweighted reward, checked in the order above; not yet trained."""
     args = grpo_args(cfg)
     rank = process_rank()
     backend = build_backend(cfg.reweighter, rank)
@@ -87,20 +103,22 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
     from .data import load_dataset
 
     dataset = load_dataset(cfg.dataset.name, cfg.dataset.split, cfg.dataset.limit)
-    if cfg.model.tiny is not None:
-        from .tiny_model import tiny_model_path
-
-        model_path = str(tiny_model_path(cfg.model.tiny))
-    else:
-        model_path = str(cfg.model.name_or_path)
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    path = model_path(cfg)
+    tokenizer = AutoTokenizer.from_pretrained(path)
     trainer = GRPOTrainer(
-        model=model_path,
+        model=path,
         reward_funcs=[reward],
         args=args,
         train_dataset=dataset,
         processing_class=tokenizer,
     )
+    return trainer, reward
+
+
+def run(cfg: TrainConfig) -> dict[str, Any]:
+    started = time.perf_counter()
+    trainer, reward = build_trainer(cfg)
+    args = trainer.args
     train_started = time.perf_counter()
     trainer.train()
     train_s = time.perf_counter() - train_started

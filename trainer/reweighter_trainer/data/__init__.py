@@ -1,4 +1,5 @@
-"""Training prompts: a shipped arithmetic set for offline runs, GSM8K and MATH by name.
+"""Training prompts: a shipped arithmetic set and generated word problems (`wordmath`, chat
+prompts for instruction-tuned policies) for offline runs, GSM8K and MATH by name.
 
 Every dataset comes out with the same two columns: `prompt` (plain text) and `answer` (the gold
 answer as a string math-verify can parse). TRL passes `answer` to the reward functions.
@@ -26,6 +27,49 @@ def generate_arith(n: int = ARITH_ROWS, seed: int = ARITH_SEED) -> list[dict[str
         op = rng.choice("+-*")
         value = a + b if op == "+" else a - b if op == "-" else a * b
         rows.append({"prompt": f"What is {a} {op} {b}? {INSTRUCTION}", "answer": str(value)})
+    return rows
+
+
+WORD_INSTRUCTION = "Think step by step, then end with 'Answer: <number>'."
+WORD_SEEDS = {"train": 2024, "test": 7}
+_NAMES = ("Tom", "Ana", "Li", "Sam", "Maya", "Omar", "Zoe", "Ivan")
+_ITEMS = ("apples", "marbles", "books", "coins", "stickers", "cards", "pencils", "shells")
+
+
+def generate_wordmath(n: int, seed: int, two_step: bool = True) -> list[dict[str, Any]]:
+    """Generated word problems with small-integer answers, as chat prompts.
+
+    Two steps (gain then loss, or loss then gain) leave more than one valid path (a + b - c or
+    a - c + b, or computing the net change first), which is what diversity is about. Answers
+    are never negative. Deterministic in (n, seed); train and test use different seeds.
+    """
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        name, item = rng.choice(_NAMES), rng.choice(_ITEMS)
+        a, b = rng.randint(4, 15), rng.randint(2, 9)
+        c = rng.randint(1, a - 1) if two_step else 0
+        if not two_step:
+            text = f"{name} has {a} {item} and gets {b} more. How many {item} now?"
+            value = a + b
+        elif rng.random() < 0.5:
+            text = (
+                f"{name} has {a} {item}, buys {b} more, then gives {c} to a friend. "
+                f"How many {item} does {name} have now?"
+            )
+            value = a + b - c
+        else:
+            text = (
+                f"{name} has {a} {item}, loses {c}, then finds {b}. "
+                f"How many {item} does {name} have now?"
+            )
+            value = a - c + b
+        rows.append(
+            {
+                "prompt": [{"role": "user", "content": f"{text} {WORD_INSTRUCTION}"}],
+                "answer": str(value),
+            }
+        )
     return rows
 
 
@@ -57,7 +101,7 @@ def _math(split: str):
     )
 
 
-DATASETS = {"arith", "gsm8k", "math"}
+DATASETS = {"arith", "wordmath", "gsm8k", "math"}
 
 
 def load_dataset(name: str = "arith", split: str = "train", limit: int | None = None) -> Any:
@@ -66,6 +110,10 @@ def load_dataset(name: str = "arith", split: str = "train", limit: int | None = 
 
     if name == "arith":
         ds = datasets.Dataset.from_list(load_arith_rows())
+    elif name == "wordmath":
+        if split not in WORD_SEEDS:
+            raise ValueError(f"dataset.split: wordmath has splits {sorted(WORD_SEEDS)}")
+        ds = datasets.Dataset.from_list(generate_wordmath(limit or 256, WORD_SEEDS[split]))
     elif name == "gsm8k":
         ds = _gsm8k(split)
     elif name == "math":

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# GRPO vs DRA vs MMR on SmolLM2-135M-Instruct (trainer/configs/smollm2-cpu.yaml), one command:
+# sets up .venv, converts the policy once, starts a Reweighter service on loopback, trains and
+# evaluates every (method, seed), writes OUT/results.json and plots, and stops the service.
+#   bash scripts/experiment.sh --quick --out experiments/cpu-quick    # CPU-sized (see EXPERIMENTS.md)
+#   bash scripts/experiment.sh --out experiments/gpu-full             # 3 seeds x 60 steps (GPU)
+# Anything after the known flags goes to `python -m reweighter_trainer.experiment`
+# (e.g. --steps 8 --seeds 0,1 max_completion_length=48).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=experiments/run
+MODE=(--seeds 0,1,2 --steps 60 --eval-prompts 64 --samples 16 --base-eval)
+CONFIG=trainer/configs/smollm2-cpu.yaml
+EXTRA=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) MODE=(--seeds 0 --steps 3 --eval-prompts 3 --samples 8)
+             EXTRA+=(max_completion_length=48); shift ;;
+    --out) OUT=$2; shift 2 ;;
+    --config) CONFIG=$2; shift 2 ;;
+    *) EXTRA+=("$1"); shift ;;
+  esac
+done
+bash scripts/setup.sh dev,trainer
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+PY=.venv/bin/python
+mkdir -p "$OUT"
+echo "[experiment.sh] policy: $($PY -m reweighter_trainer.policy)"
+PORT=$($PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+GPORT=$($PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+.venv/bin/reweighter serve --host 127.0.0.1 --http-port "$PORT" --grpc-port "$GPORT" \
+  --no-compile > "$OUT/service.log" 2>&1 &
+SERVICE=$!
+trap 'kill "$SERVICE" 2>/dev/null; wait "$SERVICE" 2>/dev/null || true' EXIT
+echo "[experiment.sh] Reweighter service pid $SERVICE on 127.0.0.1:$PORT (log: $OUT/service.log)"
+start=$(date +%s)
+$PY -m reweighter_trainer.experiment --config "$CONFIG" --out "$OUT" \
+  --url "http://127.0.0.1:$PORT" "${MODE[@]}" "${EXTRA[@]}" 2>&1 | tee -a "$OUT/experiment.log"
+$PY -m reweighter_trainer.plots "$OUT"
+echo "[experiment.sh] done in $(( $(date +%s) - start )) s: $OUT/results.json"

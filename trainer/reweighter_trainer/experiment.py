@@ -1,0 +1,240 @@
+"""GRPO vs DRA vs MMR on one policy, task, budget and seed set; writes OUT/results.json.
+
+    python -m reweighter_trainer.experiment --config trainer/configs/smollm2-cpu.yaml \\
+        --out experiments/run --url http://127.0.0.1:8080 --seeds 0 --steps 4
+
+Every (method, seed) trains the same config with the same seed, data order and step budget; only
+`reweighter.method` differs ("grpo" is the service's `none`: rewards unchanged, similarity still
+measured). After training, the policy is evaluated on held-out prompts: greedy accuracy, pass@k
+from n samples, distinct correct solutions and within-group similarity (embeddings from the
+same service). One JSON per run lands in OUT/runs/ as it finishes, so an interrupted experiment
+resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .config import ConfigError, load_raw, parse
+from .metrics import (
+    DISTINCT_THRESHOLD,
+    distinct_correct,
+    mean_pairwise_similarity,
+    pass_at_k,
+    steps_to_target,
+)
+
+METHODS = {"grpo": "none", "dra": "dra", "mmr": "mmr"}
+
+
+def log(msg: str) -> None:
+    print(f"[experiment {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def _generate(model, tok, prompts: list[Any], n: int, greedy: bool, max_new: int, seed: int,
+              temperature: float = 1.0):
+    """n completions per prompt in one left-padded batch (chat template applied)."""
+    import torch
+
+    texts = [
+        tok.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts
+    ]
+    tok.padding_side = "left"
+    enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        out = model.generate(
+            **enc,
+            do_sample=not greedy,
+            temperature=None if greedy else temperature,
+            top_p=None if greedy else 1.0,
+            top_k=None if greedy else 0,
+            max_new_tokens=max_new,
+            num_return_sequences=n,
+            pad_token_id=tok.pad_token_id,
+        )
+    done = tok.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+    return [done[i * n : (i + 1) * n] for i in range(len(prompts))]
+
+
+def evaluate(model, tok, rows: list[dict], *, n: int, k: int, max_new: int, seed: int,
+             reward_fn, embed, temperature: float = 1.0) -> dict[str, Any]:
+    """Held-out metrics of `model` (see the module docstring); `embed(texts) -> [N, D] array`."""
+    prompts = [r["prompt"] for r in rows]
+    answers = [r["answer"] for r in rows]
+    model.eval()
+    greedy = [g[0] for g in _generate(model, tok, prompts, 1, True, max_new, seed)]
+    greedy_ok = reward_fn(prompts, greedy, answer=answers)
+    sampled = _generate(model, tok, prompts, n, False, max_new, seed, temperature)
+    passes, distinct, sims, correct_rate = [], [], [], []
+    for p, gold, group in zip(prompts, answers, sampled, strict=True):
+        ok = [v >= 1.0 for v in reward_fn([p] * n, group, answer=[gold] * n)]
+        emb = embed(group)
+        passes.append(pass_at_k(n, sum(ok), k))
+        distinct.append(distinct_correct(emb, ok))
+        sims.append(mean_pairwise_similarity(emb))
+        correct_rate.append(sum(ok) / n)
+    m = len(rows)
+    return {
+        "accuracy": sum(greedy_ok) / m,
+        "pass_at_k": sum(passes) / m,
+        "sample_accuracy": sum(correct_rate) / m,
+        "distinct_correct": sum(distinct) / m,
+        "mean_pairwise_similarity": sum(sims) / m,
+        "examples": [{"prompt": prompts[0][-1]["content"], "answer": answers[0],
+                      "greedy": greedy[0], "samples": sampled[0][:2]}],
+    }
+
+
+def _curve(history: list[dict], key: str) -> list[float]:
+    return [float(h[key]) for h in history if key in h and "step" in h]
+
+
+def run_one(raw: dict, method: str, seed: int, steps: int, out: Path, eval_rows: list[dict],
+            opts: argparse.Namespace, embed) -> dict[str, Any]:
+    """Train one (method, seed), evaluate it, return its results.json entry."""
+    raw = json.loads(json.dumps(raw))
+    raw["reweighter"]["method"] = METHODS[method]
+    raw["reweighter"]["url"] = opts.url
+    raw.update(seed=seed, data_seed=seed, max_steps=steps, output_dir=str(out / f"{method}-{seed}"))
+    if method == "grpo":
+        raw["reweighter"]["params"] = {}
+    cfg = parse(raw)
+    from .rewards import REWARDS
+    from .train import build_trainer
+
+    trainer, reward = build_trainer(cfg)
+    started = time.perf_counter()
+    trainer.train()
+    train_s = time.perf_counter() - started
+    history = trainer.state.log_history
+    curve = _curve(history, "reweighter/base_reward")
+    reward_fn = REWARDS[next(iter(cfg.rewards))]  # the first reward is the task's correctness
+    ev = evaluate(trainer.model, trainer.processing_class, eval_rows, n=opts.samples, k=opts.k,
+                  max_new=cfg.grpo.get("max_completion_length", 64), seed=seed,
+                  reward_fn=reward_fn, embed=embed,
+                  temperature=cfg.grpo.get("temperature", 1.0))
+    return {
+        "method": method,
+        "seed": seed,
+        "steps": trainer.state.global_step,
+        "reward_curve": curve,
+        "steps_to_target": steps_to_target(curve, opts.target),
+        "pass_at_k": ev["pass_at_k"],
+        "accuracy": ev["accuracy"],
+        "distinct_correct": ev["distinct_correct"],
+        "mean_pairwise_similarity": ev["mean_pairwise_similarity"],
+        "reweight_share": reward.timings.reweight_s / train_s if train_s > 0 else 0.0,
+        # Beyond the schema's fields, for the plots and the write-up:
+        "sample_accuracy": ev["sample_accuracy"],
+        "similarity_curve": _curve(history, "reweighter/mean_similarity"),
+        "train_wall_s": train_s,
+        "examples": ev["examples"],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="GRPO vs DRA vs MMR: train, evaluate, results.json")
+    p.add_argument("--config", required=True, help="a reweighter-train YAML (the shared setup)")
+    p.add_argument("--out", required=True, help="output directory (results.json, runs/)")
+    p.add_argument("--url", default="http://127.0.0.1:8080", help="the Reweighter service")
+    p.add_argument("--methods", default="grpo,dra,mmr")
+    p.add_argument("--seeds", default="0", help="comma-separated, e.g. 0,1,2")
+    p.add_argument("--steps", type=int, default=40, help="GRPO steps per run")
+    p.add_argument("--eval-prompts", type=int, default=32, help="held-out prompts")
+    p.add_argument("--samples", type=int, default=16, help="samples per held-out prompt (n)")
+    p.add_argument("--k", type=int, default=8, help="pass@k")
+    p.add_argument("--target", type=float, default=0.5,
+                   help="steps_to_target: trailing-3-step mean training accuracy to reach")
+    p.add_argument("--base-eval", action="store_true", help="also evaluate the untrained policy")
+    p.add_argument("overrides", nargs="*", help="config key=value overrides for every run")
+    opts = p.parse_args(argv)
+    if opts.samples < opts.k:
+        p.error(f"--samples ({opts.samples}) must be >= --k ({opts.k})")
+    methods = [m.strip() for m in opts.methods.split(",") if m.strip()]
+    bad = [m for m in methods if m not in METHODS]
+    if bad:
+        p.error(f"--methods: unknown {bad[0]!r}; choose from {sorted(METHODS)}")
+    seeds = [int(s) for s in opts.seeds.split(",") if s.strip()]
+    out = Path(opts.out)
+    (out / "runs").mkdir(parents=True, exist_ok=True)
+    try:
+        raw = load_raw(opts.config, opts.overrides)
+        cfg = parse(raw)
+    except ConfigError as e:
+        print(f"experiment: config error: {e}", file=sys.stderr)
+        return 2
+
+    import numpy as np
+
+    from reweighter.client import ReweighterClient
+
+    from .data import load_dataset
+    from .train import model_path
+
+    client = ReweighterClient(opts.url)
+    client.wait_ready(timeout=120)
+
+    def embed(texts: list[str]):
+        return np.asarray(client.embed(list(texts)).embeddings, dtype=np.float32)
+
+    eval_rows = list(load_dataset(cfg.dataset.name, "test", opts.eval_prompts))
+    task = {
+        "name": cfg.dataset.name,
+        "train_prompts": cfg.dataset.limit,
+        "eval_prompts": len(eval_rows),
+        "samples_per_prompt": opts.samples,
+        "k": opts.k,
+        "target": opts.target,
+        "distinct": f"embedding clusters: leader clustering of correct samples, all-MiniLM-L6-v2 "
+        f"cosine >= {DISTINCT_THRESHOLD}",
+        "reward": list(cfg.rewards),
+        "num_generations": cfg.grpo.get("num_generations"),
+        "max_completion_length": cfg.grpo.get("max_completion_length"),
+        "learning_rate": cfg.grpo.get("learning_rate"),
+    }
+    path = model_path(cfg)
+    if opts.base_eval and not (out / "base.json").exists():
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        log("evaluating the untrained policy")
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        from .rewards import REWARDS
+
+        ev = evaluate(model, AutoTokenizer.from_pretrained(path), eval_rows, n=opts.samples,
+                      k=opts.k, max_new=cfg.grpo.get("max_completion_length", 64), seed=0,
+                      reward_fn=REWARDS[next(iter(cfg.rewards))], embed=embed,
+                      temperature=cfg.grpo.get("temperature", 1.0))
+        (out / "base.json").write_text(json.dumps(ev, indent=2))
+        log(f"untrained: accuracy {ev['accuracy']:.3f} pass@{opts.k} {ev['pass_at_k']:.3f} "
+            f"sample accuracy {ev['sample_accuracy']:.3f}")
+    runs = []
+    plan = [(m, s) for s in seeds for m in methods]
+    for i, (method, seed) in enumerate(plan, 1):
+        dest = out / "runs" / f"{method}-{seed}.json"
+        if dest.exists():
+            log(f"[{i}/{len(plan)}] {method} seed {seed}: done before, reusing {dest}")
+            runs.append(json.loads(dest.read_text()))
+            continue
+        log(f"[{i}/{len(plan)}] {method} seed {seed}: {opts.steps} steps, then held-out eval")
+        t0 = time.perf_counter()
+        entry = run_one(raw, method, seed, opts.steps, out / "train", eval_rows, opts, embed)
+        dest.write_text(json.dumps(entry, indent=2))
+        runs.append(entry)
+        log(f"[{i}/{len(plan)}] {method} seed {seed}: {time.perf_counter() - t0:.0f} s, "
+            f"train reward {entry['reward_curve']}, accuracy {entry['accuracy']:.3f}, "
+            f"pass@{opts.k} {entry['pass_at_k']:.3f}, distinct {entry['distinct_correct']:.2f}")
+    results = {"model": Path(path).name, "task": task, "runs": runs}
+    (out / "results.json").write_text(json.dumps(results, indent=2))
+    log(f"wrote {out / 'results.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
