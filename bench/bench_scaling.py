@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_first_contact import Served  # noqa: E402
 from bench_service import Texts, _pct, _request  # noqa: E402
+from roofline import FlopModel, peak_gflops  # noqa: E402
 
 from reweighter.client import AsyncGrpcReweighterClient, AsyncReweighterClient  # noqa: E402
 
@@ -69,6 +70,15 @@ async def latency_rows(svc: Served, grpc: str, args: argparse.Namespace) -> list
     return rows
 
 
+FLOPS = FlopModel(6, 384, 1536)  # all-MiniLM-L6-v2 (the default model)
+
+
+def completion_flops(tokens: int, window: int = 254) -> float:
+    """FLOPs of one completion under chunk_mean: equal windows of <= 254 pieces plus 2."""
+    k = max(1, -(-tokens // window))
+    return k * FLOPS.sequence(tokens / k + 2)
+
+
 async def sweep(svc: Served, kind: str, args: argparse.Namespace) -> list[dict]:
     points = {
         "group": [4, 8, 16, 32, 64],
@@ -86,6 +96,7 @@ async def sweep(svc: Served, kind: str, args: argparse.Namespace) -> list[dict]:
             groups = [texts.group(g) for _ in range(n)]  # built before the clock starts
             wall, lat = await _timed(http, groups, conc)
             row = {"x": x, "n": n, "groups_s": n / wall, "completions_s": n * g / wall,
+                   "gflops": n * g * completion_flops(tokens) / wall / 1e9,
                    "tokens_s": n * g * tokens / wall, "p50": _pct(lat, 0.5),
                    "p99": _pct(lat, 0.99)}  # fmt: skip
             out.append(row)
@@ -128,6 +139,7 @@ def main() -> None:
     args = ap.parse_args()
     parts = args.only or ["latency", "group", "length", "clients"]
     load0 = os.getloadavg()[0]
+    peak = peak_gflops()
     svc = Served({"REWEIGHTER_COMPILE": args.compile, "REWEIGHTER_LOG_LEVEL": "info"})
     grpc = f"127.0.0.1:{svc.grpc_port}"
     labels = {"group": "group size G", "length": "completion length (word pieces)",
@@ -143,14 +155,16 @@ def main() -> None:
             rows = asyncio.run(sweep(svc, kind, args))
             print(f"\n### Scaling with {labels[kind]} (HTTP, fresh texts)\n")
             print(f"| {labels[kind]} | requests | groups/s | completions/s | tokens/s "
-                  "| p50 ms | p99 ms |")  # fmt: skip
-            print("|---:|---:|---:|---:|---:|---:|---:|")
+                  f"| p50 ms | p99 ms | useful GFLOP/s | % of {peak:.0f} GFLOP/s |")  # fmt: skip
+            print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
             for r in rows:
                 print(f"| {r['x']} | {r['n']} | {r['groups_s']:.2f} | {r['completions_s']:.1f} "
-                      f"| {r['tokens_s']:,.0f} | {r['p50']:.0f} | {r['p99']:.0f} |")  # fmt: skip
+                      f"| {r['tokens_s']:,.0f} | {r['p50']:.0f} | {r['p99']:.0f} "
+                      f"| {r['gflops']:.1f} | {100 * r['gflops'] / peak:.0f} % |")  # fmt: skip
             print(f"\nplot: {_plot(kind, rows, labels[kind])}")
     finally:
         svc.close()
+    print(f"\nsgemm peak {peak:.0f} GFLOP/s (measured before the server started)")
     print(f"\nload average (1 min) {load0:.2f} -> {os.getloadavg()[0]:.2f}; compiled encoder "
           f"in: {svc.compiled_at is not None}; recompiles refused: {len(svc.fallback_lines)}")
 

@@ -210,7 +210,12 @@ class DynamicBatcher:
         for p in pieces:
             per_job[p.text].append(p)
         for job, own in zip(jobs, per_job, strict=True):
-            self._attach(job, own)
+            try:
+                self._attach(job, own)
+            except RuntimeError as exc:
+                with self._cond:
+                    self._preparing -= 1
+                self._fail(job, exc)
 
     def _attach(self, job: _Job, pieces: list[Piece]) -> None:
         if not pieces:
