@@ -181,6 +181,9 @@ def first_contact(args: argparse.Namespace) -> None:  # noqa: C901 - reads top t
                              statistics.median(ratios), f"{compiled_runs}; {spread}"))  # fmt: skip
                 rows.append((phase, scenario, "plain-32", args.n / p_med,
                              plain_work / p_med / 1e9, 1.0, ""))  # fmt: skip
+                print(f"progress: {phase} {scenario}: ratios {[round(x, 2) for x in ratios]}, "
+                      f"service {args.n / s_med:.1f} texts/s, plain {args.n / p_med:.1f}, "
+                      f"load {os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
     finally:
         svc.close()
     peaks.append(peak_gflops())
