@@ -74,7 +74,11 @@ class Settings(BaseSettings):
     max_groups: int = Field(1024, description="groups in one request")
     max_group_size: int = Field(512, description="completions in one group")
     max_completions: int = Field(8192, description="completions in one request, all groups")
-    max_chars: int = Field(16_000_000, description="characters in one request, all completions")
+    max_chars: int = Field(
+        4_000_000,
+        description="characters in one request, all completions (~1M tokens: minutes of CPU "
+        "encoding, served in slices between other requests; docs/operations.md)",
+    )
     # group assembly: members of a group sent one at a time (docs/integrations.md)
     assembly_timeout_s: float = Field(
         300.0, description="how long a member waits for its group unless it asks otherwise"
