@@ -13,7 +13,7 @@ small /v1/reweight requests (G=8, fresh ~180-piece completions) are sent one aft
 their latencies are the figure (goal: < 2 s on this CPU).
 
     .venv/bin/python bench/bench_first_contact.py                 # first contact, 3 runs
-    .venv/bin/python bench/bench_first_contact.py --fairness-only --huge-mb 5
+    .venv/bin/python bench/bench_first_contact.py --fairness-only   # huge = max_chars
 
 Prints markdown tables with the load average; every throughput row has a roofline column
 (useful FLOP/s over the peak of a large sgemm measured in the same run).
@@ -217,19 +217,25 @@ def fairness(args: argparse.Namespace, pythonpath: str | None, label: str) -> No
     from bench_service import Texts
 
     texts = Texts(tokens=180, seed=11)
-    huge = " ".join(f"Step {i}: {i} + {i % 7} = {i + i % 7}." for i in range(10**6))
-    huge = huge[: int(args.huge_mb * 1e6)]
     svc = Served({"REWEIGHTER_COMPILE": "off"}, pythonpath=pythonpath)
     lat: list[float] = []
     timed_out = 0
+    huge_status: list[int] = []
+    huge = ""
     load0 = os.getloadavg()[0]
     try:
+        # The largest allowed request unless told otherwise (a refused one would prove nothing).
+        limits = httpx.get(svc.url + "/v1/info", timeout=30).json().get("limits", {})
+        size = int(args.huge_mb * 1e6) if args.huge_mb else int(limits.get("max_chars", 4e6))
+        huge = " ".join(f"Step {i}: {i} + {i % 7} = {i + i % 7}." for i in range(size // 16))
+        huge = huge[:size]
         # Warm: one small request first, so its latency is not the model's first call.
         httpx.post(svc.url + "/v1/reweight", json=_group(texts.group(8)), timeout=120)
 
         def send_huge() -> None:
             with contextlib.suppress(httpx.HTTPError):
-                httpx.post(svc.url + "/v1/embed", json={"inputs": [huge]}, timeout=3600)
+                r = httpx.post(svc.url + "/v1/embed", json={"inputs": [huge]}, timeout=3600)
+                huge_status.append(r.status_code)
 
         threading.Thread(target=send_huge, daemon=True).start()
         time.sleep(args.huge_head_start)  # the huge request is tokenised and encoding
@@ -247,12 +253,16 @@ def fairness(args: argparse.Namespace, pythonpath: str | None, label: str) -> No
     finally:
         svc.close()
     load1 = os.getloadavg()[0]
+    if huge_status and huge_status[0] != 200:
+        print(f"| {label} | refused with HTTP {huge_status[0]}: no figure | | | | | |")
+        return
+    mb = len(huge) / 1e6
     if lat:
         a = np.array(lat)
-        print(f"| {label} | {args.huge_mb:g} MB | {len(lat)} | {np.median(a):.2f} | "
+        print(f"| {label} | {mb:g} MB | {len(lat)} | {np.median(a):.2f} | "
               f"{a.max():.2f} | {timed_out} | {load0:.1f} -> {load1:.1f} |")  # fmt: skip
     else:
-        print(f"| {label} | {args.huge_mb:g} MB | 0 | - | > {args.fair_seconds:.0f} (timed out) "
+        print(f"| {label} | {mb:g} MB | 0 | - | > {args.fair_seconds:.0f} (timed out) "
               f"| {timed_out} | {load0:.1f} -> {load1:.1f} |")  # fmt: skip
 
 
@@ -270,7 +280,8 @@ def main() -> None:
     ap.add_argument("--compile-wait", type=float, default=400.0)
     ap.add_argument("--fairness", action="store_true", help="also the fairness probe")
     ap.add_argument("--fairness-only", action="store_true")
-    ap.add_argument("--huge-mb", type=float, default=5.0, help="size of the huge completion")
+    ap.add_argument("--huge-mb", type=float, default=None,
+                    help="MB of the huge completion (default: the server's max_chars)")  # fmt: skip
     ap.add_argument("--huge-head-start", type=float, default=10.0)
     ap.add_argument("--fair-seconds", type=float, default=30.0)
     ap.add_argument("--before", help="PYTHONPATH of an older checkout to probe as 'before'")
@@ -278,7 +289,7 @@ def main() -> None:
     if not args.fairness_only:
         first_contact(args)
     if args.fairness or args.fairness_only:
-        print(f"\n### Fairness: G=8 /v1/reweight latency while a {args.huge_mb:g} MB completion "
+        print(f"\n### Fairness: G=8 /v1/reweight latency while a huge completion "
               f"encodes (eager, {args.fair_seconds:.0f} s window)\n")  # fmt: skip
         print("| build | huge request | small requests | p50 s | max s | timed out | load |")
         print("|---|---|---:|---:|---:|---:|---|")
