@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -122,23 +122,6 @@ def start_serve(
     except BaseException:
         served.stop()
         raise
-
-
-@pytest.fixture
-def serve() -> Iterator[Callable[..., Served]]:
-    """A factory for `reweighter serve` children, all stopped at the end of the test."""
-    started: list[Served] = []
-
-    def make(
-        *flags: str, nofile: int | None = None, ready: bool = True, **env: str | int | float
-    ) -> Served:
-        started.append(start_serve(*flags, nofile=nofile, ready=ready, **env))
-        return started[-1]
-
-    yield make
-    for s in started:
-        s.stop()
-        s.log_path.unlink(missing_ok=True)
 
 
 class PrivateRedis:
