@@ -152,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--target", type=float, default=0.5,
                    help="steps_to_target: trailing-3-step mean training accuracy to reach")
     p.add_argument("--base-eval", action="store_true", help="also evaluate the untrained policy")
+    p.add_argument("--collect-only", action="store_true",
+                   help="write results.json from the finished runs in OUT/runs, train nothing")
     p.add_argument("overrides", nargs="*", help="config key=value overrides for every run")
     opts = p.parse_args(argv)
     if opts.samples < opts.k:
@@ -178,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     from .train import model_path
 
     client = ReweighterClient(opts.url)
-    client.wait_ready(timeout=120)
+    if not opts.collect_only:
+        client.wait_ready(timeout=120)
 
     def embed(texts: list[str]):
         return np.asarray(client.embed(list(texts)).embeddings, dtype=np.float32)
@@ -199,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         "learning_rate": cfg.grpo.get("learning_rate"),
     }
     path = model_path(cfg)
-    if opts.base_eval and not (out / "base.json").exists():
+    if opts.base_eval and not opts.collect_only and not (out / "base.json").exists():
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -221,6 +224,9 @@ def main(argv: list[str] | None = None) -> int:
         if dest.exists():
             log(f"[{i}/{len(plan)}] {method} seed {seed}: done before, reusing {dest}")
             runs.append(json.loads(dest.read_text()))
+            continue
+        if opts.collect_only:
+            log(f"[{i}/{len(plan)}] {method} seed {seed}: not run, left out")
             continue
         log(f"[{i}/{len(plan)}] {method} seed {seed}: {opts.steps} steps, then held-out eval")
         t0 = time.perf_counter()
