@@ -193,6 +193,8 @@ def _start_keyed(redis: PrivateRedis) -> Served:
         body_timeout_s=KEYED_TIMEOUT_S,
         keepalive_timeout_s=KEYED_TIMEOUT_S,
         compile="off",  # no background compile competing for the CPU and the descriptors
+        # fuzzed members of a group that never fills (/v1/groups, /v1/openrlhf) wait this long
+        assembly_max_timeout_s=3,
     )
 
 
