@@ -7,11 +7,12 @@ from __future__ import annotations
 import asyncio
 import threading
 import weakref
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Coroutine, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
 from ..assembly.types import MemberResult
 from ..types import EmbedResult, EngineInfo, ReweightRequest, ReweightResult
+from .retry import RetryPolicy
 
 T = TypeVar("T")
 
@@ -22,6 +23,8 @@ class AsyncClient(Protocol):
     async def info(self) -> EngineInfo: ...
     async def submit_member(self, *args: Any, **kwargs: Any) -> MemberResult: ...
     async def close(self) -> None: ...
+    @property
+    def retry(self) -> RetryPolicy: ...
 
 
 A = TypeVar("A", bound=AsyncClient)
@@ -30,7 +33,10 @@ A = TypeVar("A", bound=AsyncClient)
 class SyncClient(Generic[A]):
     """`reweight`, `embed`, `info`, `close` and a context manager over an async client."""
 
-    def __init__(self, make: Callable[[], A]) -> None:
+    async_class: type[A]
+    """The async client this class wraps; the constructor takes its arguments."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="reweighter-client", daemon=True
@@ -40,9 +46,10 @@ class SyncClient(Generic[A]):
         weakref.finalize(self, _stop, self._loop)
 
         async def build() -> A:  # grpc.aio and httpx want the loop that will use them
-            return make()
+            return self.async_class(*args, **kwargs)
 
         self.aio: A = self._run(build())
+        self.retry = self.aio.retry
 
     def _run(self, coro: Coroutine[Any, Any, T] | Awaitable[T]) -> T:
         if self._loop.is_closed():

@@ -123,11 +123,7 @@ class GrpcReweighterClient(SyncClient[AsyncGrpcReweighterClient]):
         result = client.reweight(ReweightRequest(groups=[Group(rewards, completions)]))
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        """Arguments as AsyncGrpcReweighterClient's."""
-        super().__init__(lambda: AsyncGrpcReweighterClient(*args, **kwargs))
-        self.retry = self.aio.retry
-        self.timeout = self.aio.timeout
+    async_class = AsyncGrpcReweighterClient  # takes its arguments
 
     def submit_members(
         self, members: Iterable[MemberSubmission]

@@ -150,10 +150,7 @@ class ReweighterClient(SyncClient[AsyncReweighterClient]):
         result = client.reweight(ReweightRequest(groups=[Group(rewards, completions)]))
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        """Arguments as AsyncReweighterClient's."""
-        super().__init__(lambda: AsyncReweighterClient(*args, **kwargs))
-        self.retry = self.aio.retry
+    async_class = AsyncReweighterClient  # takes its arguments
 
     def ready(self) -> bool:
         return self._run(self.aio.ready())
