@@ -14,6 +14,8 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..assembly.types import MemberResult, MemberSubmission
+from ..client._base import AsyncClientBase
 from ..types import Group, ReweightRequest, ReweightResult
 
 DEFAULT_URL = "http://127.0.0.1:8080"
@@ -129,60 +131,23 @@ def reweight_by_key(
     return Reweighted(out, adv, sim, len(members))
 
 
-class MemberBackend(Protocol):
-    """Anything that takes one group member and answers once its group is whole: the async
-    clients (`submit_member`) or an in-process GroupAssembler (wrapped by InProcessMembers)."""
-
-    async def submit_member(
-        self,
-        group_id: str,
-        member_id: str,
-        group_size: int,
-        reward: float,
-        *,
-        completion: str | None = None,
-        method: str = "dra",
-        params: Mapping[str, Any] | None = None,
-        advantages: str = "none",
-        timeout_s: float | None = None,
-    ) -> Any: ...
+MemberBackend = AsyncClientBase
+"""Anything that takes one group member and answers once its group is whole: the async clients
+(`submit_member`) or an in-process GroupAssembler (wrapped by InProcessMembers)."""
 
 
-class InProcessMembers:
+class InProcessMembers(AsyncClientBase):
     """`submit_member` over a GroupAssembler in this process (the OpenRLHF endpoint inside the
-    service; tests), with the clients' signature."""
+    service; tests): one of the clients, minus the wire. The assembler enforces the timeout."""
 
     def __init__(self, assembler: Any) -> None:
         self.assembler = assembler
 
-    async def submit_member(
-        self,
-        group_id: str,
-        member_id: str,
-        group_size: int,
-        reward: float,
-        *,
-        completion: str | None = None,
-        method: str = "dra",
-        params: Mapping[str, Any] | None = None,
-        advantages: str = "none",
-        timeout_s: float | None = None,
-    ) -> Any:
-        from ..assembly import MemberSubmission
+    async def _submit(self, sub: MemberSubmission, deadline: float | None) -> MemberResult:
+        return await self.assembler.submit(sub)
 
-        return await self.assembler.submit(
-            MemberSubmission(
-                group_id=group_id,
-                member_id=member_id,
-                group_size=group_size,
-                reward=reward,
-                completion=completion,
-                method=method,
-                params=dict(params or {}),
-                advantages=advantages,  # type: ignore[arg-type]
-                timeout_s=timeout_s,
-            )
-        )
+    async def close(self) -> None:
+        return None
 
 
 def member_backend_from(url: str, *, api_key: str | None = None) -> MemberBackend:
