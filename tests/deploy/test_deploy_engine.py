@@ -20,6 +20,7 @@ import os
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -60,6 +61,18 @@ def _run(argv: list[str], timeout: float, env: dict[str, str] | None = None):
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
 
 
+def _run_offline_script(timeout: float) -> subprocess.CompletedProcess[str]:
+    """docker-offline.sh with its output in a file, not a pipe: it leaves a wheel server (and
+    dockerd) running that inherit its descriptors, so a pipe would never reach end of file."""
+    with tempfile.TemporaryFile("w+") as log:
+        proc = subprocess.run(
+            ["bash", str(OFFLINE_SCRIPT), str(REPO)],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, timeout=timeout,
+        )  # fmt: skip
+        log.seek(0)
+        return subprocess.CompletedProcess(proc.args, proc.returncode, "", log.read())
+
+
 def _engine_answers(docker: str | None) -> bool:
     if docker is None:
         return False
@@ -83,7 +96,7 @@ def ensure_engine() -> tuple[str, bool]:
         if not OFFLINE_SCRIPT.is_file():
             _skip(f"no Docker engine answers and {OFFLINE_SCRIPT} is not there to start one")
         try:
-            out = _run(["bash", str(OFFLINE_SCRIPT), str(REPO)], ENGINE_START_TIMEOUT_S)
+            out = _run_offline_script(ENGINE_START_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             _skip(f"{OFFLINE_SCRIPT.name} did not finish in {ENGINE_START_TIMEOUT_S}s")
         if out.returncode != 0:
@@ -96,7 +109,7 @@ def ensure_engine() -> tuple[str, bool]:
     offline = _run([docker, "image", "inspect", OFFLINE_MARKER], 60).returncode == 0
     if offline and not started and OFFLINE_SCRIPT.is_file():
         # Idempotent and quick: makes sure its wheel server and stand-in images are up.
-        out = _run(["bash", str(OFFLINE_SCRIPT), str(REPO)], ENGINE_START_TIMEOUT_S)
+        out = _run_offline_script(ENGINE_START_TIMEOUT_S)
         assert out.returncode == 0, f"{OFFLINE_SCRIPT.name} failed:\n{out.stderr[-2000:]}"
     return docker, offline
 
