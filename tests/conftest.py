@@ -11,7 +11,13 @@ from dataclasses import dataclass
 
 import pytest
 
-from reweighter.service import free_port  # the one helper (demo and benchmarks use it too)
+from reweighter.client import RetryPolicy, ReweighterClient
+from reweighter.config import Settings
+from reweighter.engine import ReweightEngine
+from reweighter.service import (  # free_port: the one helper (demo and benchmarks use it too)
+    BackgroundService,
+    free_port,
+)
 
 # Nothing may load weights or data from a hub at run time.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -106,3 +112,36 @@ def shared_redis_url() -> Iterator[str]:
 @pytest.fixture(name="free_port")
 def free_port_fixture() -> int:
     return free_port()
+
+
+# -- a real service on loopback (tests/service, tests/integrations) ----------------------------
+
+NO_RETRY = RetryPolicy(retries=0)
+
+
+def loopback(**overrides: object) -> Settings:
+    """Settings for a test service: loopback, free ports, no Redis unless asked (and no
+    background compile: REWEIGHTER_COMPILE=off above)."""
+    base: dict[str, object] = {"host": "127.0.0.1", "http_port": 0, "grpc_port": 0}
+    base.update(overrides)
+    return Settings(**base)
+
+
+@pytest.fixture(scope="session")
+def engine() -> ReweightEngine:
+    """The real engine on the bundled all-MiniLM-L6-v2, loaded once for the whole session."""
+    eng = ReweightEngine(loopback())
+    eng.load()
+    return eng
+
+
+@pytest.fixture(scope="module")
+def service(engine: ReweightEngine) -> Iterator[BackgroundService]:
+    with BackgroundService(loopback(), engine) as svc:
+        yield svc
+
+
+@pytest.fixture(scope="module")
+def http(service: BackgroundService) -> Iterator[ReweighterClient]:
+    with ReweighterClient(service.http_url, retry=NO_RETRY) as client:
+        yield client

@@ -1,7 +1,8 @@
 """Real services on loopback: uvicorn + grpc.aio on one event loop in a background thread.
 
-The model loads once per session (`engine`); services built over it are cheap, so modules start
-their own with the settings they need (API key, small limits) and stop them at module end.
+The model loads once per session (`engine`, in tests/conftest.py with `loopback`, `service` and
+`http`); services built over it are cheap, so modules start their own with the settings they
+need (API key, small limits) and stop them at module end.
 """
 
 from __future__ import annotations
@@ -9,40 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from conftest import NO_RETRY, loopback  # noqa: F401 (re-exported to the tests)
 
-from reweighter.client import GrpcReweighterClient, RetryPolicy, ReweighterClient
-from reweighter.config import Settings
-from reweighter.engine import ReweightEngine
+from reweighter.client import GrpcReweighterClient
 from reweighter.service import BackgroundService
-
-NO_RETRY = RetryPolicy(retries=0)
-
-
-def loopback(**overrides: object) -> Settings:
-    """Settings for a test service: loopback, free ports, no Redis unless asked."""
-    base: dict[str, object] = {"host": "127.0.0.1", "http_port": 0, "grpc_port": 0}
-    base.update(overrides)
-    return Settings(**base)
-
-
-@pytest.fixture(scope="session")
-def engine() -> ReweightEngine:
-    """The real engine on the bundled all-MiniLM-L6-v2, loaded once for the whole session."""
-    eng = ReweightEngine(loopback())
-    eng.load()
-    return eng
-
-
-@pytest.fixture(scope="module")
-def service(engine: ReweightEngine) -> Iterator[BackgroundService]:
-    with BackgroundService(loopback(), engine) as svc:
-        yield svc
-
-
-@pytest.fixture(scope="module")
-def http(service: BackgroundService) -> Iterator[ReweighterClient]:
-    with ReweighterClient(service.http_url, retry=NO_RETRY) as client:
-        yield client
 
 
 @pytest.fixture(scope="module")
