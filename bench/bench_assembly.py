@@ -29,31 +29,21 @@ import time
 import uuid
 from pathlib import Path
 
-from reweighter.client import AsyncGrpcReweighterClient, AsyncReweighterClient, ReweighterClient
-from reweighter.service import free_port
+from reweighter.client import AsyncGrpcReweighterClient, AsyncReweighterClient
 from reweighter.types import Group, ReweightRequest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_service import _pct, start_service  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "out"
 G, DIM = 8, 384
 
 
-def start_service(redis_url: str | None) -> tuple[subprocess.Popen, str, str]:
-    http_port, grpc_port = free_port(), free_port()
-    cmd = [sys.executable, "-m", "reweighter.server", "--host", "127.0.0.1", "--log-level",
-           "warning", "--http-port", str(http_port), "--grpc-port", str(grpc_port),
-           "--compile", "off"]  # fmt: skip  (no background compile competing for the CPU)
+def start_service_for(redis_url: str | None) -> tuple[subprocess.Popen, str, str]:
+    flags = ["--compile", "off"]  # no background compile competing for the CPU
     if redis_url:
-        cmd += ["--redis-url", redis_url, "--assembly-prefix", f"bench:asm:{uuid.uuid4().hex}:"]
-    proc = subprocess.Popen(cmd, env=dict(os.environ, HF_HUB_OFFLINE="1"))
-    url = f"http://127.0.0.1:{http_port}"
-    with ReweighterClient(url) as client:
-        client.wait_ready(timeout=300)
-    return proc, url, f"127.0.0.1:{grpc_port}"
-
-
-def _pct(values: list[float], q: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
+        flags += ["--redis-url", redis_url, "--assembly-prefix", f"bench:asm:{uuid.uuid4().hex}:"]
+    return start_service(*flags)
 
 
 def _group(rng: random.Random) -> tuple[list[float], list[list[float]]]:
@@ -99,7 +89,7 @@ async def cell(client, groups: int, runs: int, seed: int) -> dict:
 
 
 async def run_store(store: str, redis_url: str | None, args: argparse.Namespace) -> list[dict]:
-    proc, url, target = start_service(redis_url)
+    proc, url, target = start_service_for(redis_url)
     rows = []
     try:
         async with AsyncReweighterClient(url) as http, AsyncGrpcReweighterClient(target) as rpc:

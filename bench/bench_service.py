@@ -75,12 +75,13 @@ def _request(texts: list[str]) -> ReweightRequest:
     return ReweightRequest(groups=[Group(rewards, texts)], method="dra", advantages="grpo")
 
 
-def start_service(device: str | None) -> tuple[subprocess.Popen, str, str]:
+def start_service(*flags: str) -> tuple[subprocess.Popen, str, str]:
+    """`reweighter serve` on free loopback ports with extra `flags`, once ready: (process,
+    HTTP URL, gRPC target). bench_assembly and bench_scaling start theirs here too."""
     http_port, grpc_port = _free_port(), _free_port()
     cmd = [sys.executable, "-m", "reweighter.server", "--host", "127.0.0.1", "--log-level",
            "warning", "--http-port", str(http_port), "--grpc-port", str(grpc_port)]  # fmt: skip
-    if device:
-        cmd += ["--device", device]
+    cmd += flags
     proc = subprocess.Popen(cmd, env=dict(os.environ, HF_HUB_OFFLINE="1"))
     url = f"http://127.0.0.1:{http_port}"
     with ReweighterClient(url) as client:
@@ -277,7 +278,7 @@ def main() -> None:
     args.min_requests = 8 if args.quick else 16
 
     texts = Texts(args.tokens)
-    proc, url, target = start_service(args.device)
+    proc, url, target = start_service(*(["--device", args.device] if args.device else []))
     try:
         rows = asyncio.run(grid(url, target, texts, args)) if args.only != "overhead" else []
         over = overhead(url, target, texts, args.reps, args.device) if args.only != "grid" else {}
