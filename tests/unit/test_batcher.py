@@ -219,7 +219,10 @@ async def test_a_small_request_overtakes_a_huge_one() -> None:
         gate.set()
         await emb.aclose()
     assert rec.calls[0] == [big, big]  # one slice: two windows, not the whole text
-    assert set(rec.calls[1]) == {big, *small}  # the small request joins the very next round
+    assert set(small) <= set(rec.calls[1])  # the small request runs in the very next round
+    # ... alone: a round is one padded batch, and two windows of the huge text would pad the
+    # short answers to a full window (3 rows x 256 > the round's 512 padded tokens).
+    assert rec.calls[1].count(big) == 0
     assert all(set(c) == {big} for c in rec.calls[2:])  # the rest of the huge text follows
     assert sum(c.count(big) for c in rec.calls) == n_windows
     assert done == ["small", "big"]
@@ -274,3 +277,41 @@ async def test_a_text_shared_by_requests_in_flight_is_computed_once() -> None:
         await emb.aclose()
     assert sum(call.count(shared) for call in rec.calls) == len(view.split([shared]))
     np.testing.assert_allclose(x[0], y[1])
+
+
+async def test_a_round_is_one_padded_batch_of_alike_lengths() -> None:
+    """Concurrent requests of mixed lengths: each round stays within the padded budget (rows x
+    longest piece; an overflow used to become a tiny second batch) and every request hands
+    over its longest texts first, so a round pads little."""
+    view = fresh_view()
+    gate = threading.Event()
+    rec = SliceRecorder(view, gate)
+    emb = CachingEmbedder(rec, cache=None, slice_tokens=120)
+    emb.batcher.round_tokens = 480
+    sizes = [3, 40, 12, 25, 6, 33]  # text order is not length order
+    reqs = [
+        [" ".join(f"r{r} w{i}" for i in range(n)) for n in sizes] for r in range(4)
+    ]
+    tokens = {t: c for texts in reqs for t, c in zip(texts, view.count_tokens(texts))}
+    try:
+        first = asyncio.create_task(emb.aencode(["held at the gate"]))
+        await wait_for(rec.entered.is_set)
+        tasks = [asyncio.create_task(emb.aencode(texts)) for texts in reqs]
+        await wait_for(lambda: emb.batcher.pending == 5 and emb.batcher.preparing == 0)
+        gate.set()
+        got = await asyncio.gather(*tasks)
+        await first
+    finally:
+        gate.set()
+        await emb.aclose()
+    rounds = rec.calls[1:]
+    assert sum(len(c) for c in rounds) == sum(len(r) for r in reqs)  # every text once
+    for call in rounds:
+        lengths = [tokens[t] for t in call]
+        assert len(call) == 1 or len(call) * max(lengths) <= 480, lengths
+    for texts in reqs:  # each request's texts reach the model longest first
+        order = [t for call in rounds for t in call if t in texts]
+        assert [tokens[t] for t in order] == sorted((tokens[t] for t in texts), reverse=True)
+    ref = bundled_encoder()
+    for texts, vecs in zip(reqs, got, strict=True):  # reordering never changes the numbers
+        np.testing.assert_allclose(vecs, ref.encode(texts), atol=1e-5)

@@ -59,6 +59,20 @@ class _Job:
         return self.pieces is not None and not self.finished and self.scheduled < len(self.pieces)
 
 
+def _longest_first(jobs: list[_Job]) -> list[_Job]:
+    """A request's schedulable texts, longest next piece first.
+
+    Why: a round is padded to its longest piece. Taken in text order, every slice mixes short
+    and long completions and about a third of each batch was padding (measured: 8 requests of
+    16 fresh texts ran 15-20 % slower through the batcher than one sorted `encode`). Longest
+    first, the slices of concurrent requests advance through similar lengths together, so a
+    round's pieces are nearly as alike as in one globally sorted batch.
+    """
+    ready = [j for j in jobs if j.schedulable]
+    ready.sort(key=lambda j: j.pieces[j.scheduled].tokens, reverse=True)  # type: ignore[index]
+    return ready
+
+
 @dataclass(eq=False)
 class _Request:
     jobs: list[_Job]
@@ -240,7 +254,8 @@ class DynamicBatcher:
 
     def _take_locked(self) -> list[_Slice]:
         taken: list[_Slice] = []
-        tokens = count = 0
+        count = longest = 0
+        full = False  # the round is one padded batch: count x its longest piece <= round_tokens
         self._active = [r for r in self._active if r.live]  # drop finished requests
         # Least recently served first (never served: first), then arrival order.
         self._round += 1
@@ -250,30 +265,37 @@ class DynamicBatcher:
             # A request whose remaining work fits in a round finishes in this round: a small
             # request is answered after one round, not after several slices of its own.
             limit = self.round_tokens if self._fits(req) else self.slice_tokens
-            for job in req.jobs:
-                if not job.schedulable:
-                    continue
+            for job in _longest_first(req.jobs):
                 assert job.pieces is not None
                 start = end = job.scheduled
-                while end < len(job.pieces) and count < self.max_round_pieces:
+                while end < len(job.pieces):
                     cost = job.pieces[end].tokens
                     if used and used + cost > limit:
                         break
+                    # Bounded by padded size, not by real tokens: a round that overflows the
+                    # encoder's batch budget by one piece became a batch of 8 and one of 2,
+                    # and small batches waste this CPU (measured 15 % slower overall).
+                    if count and (
+                        count >= self.max_round_pieces
+                        or (count + 1) * max(longest, cost) > self.round_tokens
+                    ):
+                        full = True
+                        break
                     used += cost
                     count += 1
+                    longest = max(longest, cost)
                     end += 1
                 if end > start:
                     job.scheduled = end
                     ranges.append((job, start, end))
-                if end < len(job.pieces) or count >= self.max_round_pieces:
-                    break  # the slice is full
-            tokens += used
+                if full or end < len(job.pieces):
+                    break  # the slice (or the round) is full
             if ranges:
                 if req.turn == -1 and req.timings is not None:
                     req.timings.queue_s = time.perf_counter() - req.submitted
                 req.turn = self._round
                 taken.append((req, ranges))
-            if tokens >= self.round_tokens or count >= self.max_round_pieces:
+            if full:
                 break
         return taken
 
