@@ -14,8 +14,7 @@ CONFIG=trainer/configs/smollm2-cpu.yaml
 EXTRA=()
 while [ $# -gt 0 ]; do
   case "$1" in
-    --quick) MODE=(--seeds 0 --steps 3 --eval-prompts 3 --samples 8)
-             EXTRA+=(max_completion_length=96); shift ;;
+    --quick) MODE=(--seeds 0 --steps 3 --eval-prompts 3 --samples 8); shift ;;
     --out) OUT=$2; shift 2 ;;
     --config) CONFIG=$2; shift 2 ;;
     *) EXTRA+=("$1"); shift ;;

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from reweighter_trainer.data import generate_wordmath, load_dataset
+from reweighter_trainer.data import generate_wordadd, generate_wordmath, load_dataset
 from reweighter_trainer.metrics import (
     distinct_correct,
     mean_pairwise_similarity,
@@ -96,6 +96,25 @@ def test_wordmath_train_and_test_do_not_share_prompts():
     assert len(test) > 30 and len(test & train) < len(test) // 2
     with pytest.raises(ValueError, match="dataset.split"):
         load_dataset("wordmath", "validation", 4)
+
+
+def test_wordadd_answers_are_the_sum_and_held_out_prompts_are_unseen():
+    rows = generate_wordadd(300, seed=3)
+    assert rows == generate_wordadd(300, seed=3)  # deterministic
+    for row in rows:
+        text = row["prompt"][0]["content"]
+        a, b = (int(x) for x in re.findall(r"\d+", text)[:2])
+        assert 2 <= a <= 9 and 2 <= b <= 9 and row["answer"] == str(a + b)
+        assert "Answer: <number>" in text
+    assert len({r["prompt"][0]["content"] for r in rows}) == 300  # no repeats within a split
+    # The train split is a prefix whatever its limit, and no held-out prompt is a train prompt,
+    # even one from train rows a run did not use.
+    train = [r["prompt"][0]["content"] for r in load_dataset("wordadd", "train", 512)]
+    assert [r["prompt"][0]["content"] for r in load_dataset("wordadd", "train", 40)] == train[:40]
+    test = [r["prompt"][0]["content"] for r in load_dataset("wordadd", "test", 64)]
+    assert len(set(test)) == 64 and not set(test) & set(train)
+    with pytest.raises(ValueError, match="dataset.split"):
+        load_dataset("wordadd", "validation", 4)
 
 
 def test_final_answer_reward_reads_the_last_answer():

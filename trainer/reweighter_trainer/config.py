@@ -1,7 +1,7 @@
 """The trainer's YAML config: GRPOConfig fields at the top level, plus four sections.
 
     model:      {tiny: {...}} (build a tiny local model), {smollm2: {}} or {name_or_path: ...}
-    dataset:    {name: arith | wordmath | gsm8k | math, split, limit}
+    dataset:    {name: arith | wordmath | wordadd | gsm8k | math, split, limit}
     rewards:    {accuracy: weight, format: weight, final_answer: weight}
     reweighter: {backend, url | grpc, method, params, advantages, long_text, api_key, ...}
 
@@ -46,7 +46,7 @@ class ModelSection(BaseModel):
 
 class DatasetSection(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    name: Literal["arith", "wordmath", "gsm8k", "math"] = "arith"
+    name: Literal["arith", "wordmath", "wordadd", "gsm8k", "math"] = "arith"
     split: str = "train"
     limit: int | None = Field(None, ge=1)
 

@@ -73,6 +73,36 @@ def generate_wordmath(n: int, seed: int, two_step: bool = True) -> list[dict[str
     return rows
 
 
+_GAINS = ("gets", "buys", "finds", "is given")
+
+
+def generate_wordadd(n: int, seed: int, exclude: set[str] | frozenset[str] = frozenset()
+                     ) -> list[dict[str, Any]]:
+    """One-step word problems ("Tom has 6 coins and gets 7 more"), both numbers 2-9.
+
+    The `wordadd` task exists because SmolLM2-135M solves two-step `wordmath` about 1 time in
+    100: a group of 8 is then almost always all wrong and GRPO has no signal. Here it starts
+    near 12 % (128 tokens, temperature 0.7), inside the 5-40 % where a group usually holds
+    both right and wrong answers. Prompts in `exclude` (the train split) are skipped, so
+    held-out prompts are unseen. Deterministic in (n, seed, exclude).
+    """
+    rng = random.Random(seed)
+    rows: list[dict[str, Any]] = []
+    seen = set(exclude)
+    while len(rows) < n:
+        name, item, verb = rng.choice(_NAMES), rng.choice(_ITEMS), rng.choice(_GAINS)
+        a, b = rng.randint(2, 9), rng.randint(2, 9)
+        text = (
+            f"{name} has {a} {item} and {verb} {b} more. How many {item} does {name} have "
+            f"now? {WORD_INSTRUCTION}"
+        )
+        if text in seen:
+            continue
+        seen.add(text)
+        rows.append({"prompt": [{"role": "user", "content": text}], "answer": str(a + b)})
+    return rows
+
+
 def load_arith_rows() -> list[dict[str, str]]:
     text = resources.files(__name__).joinpath(ARITH_FILE).read_text()
     return [json.loads(line) for line in text.splitlines() if line.strip()]
@@ -101,7 +131,8 @@ def _math(split: str):
     )
 
 
-DATASETS = {"arith", "wordmath", "gsm8k", "math"}
+DATASETS = {"arith", "wordmath", "wordadd", "gsm8k", "math"}
+WORDADD_TRAIN_ROWS = 512  # the train split held out from `test`, whatever `limit` a run uses
 
 
 def load_dataset(name: str = "arith", split: str = "train", limit: int | None = None) -> Any:
@@ -114,6 +145,16 @@ def load_dataset(name: str = "arith", split: str = "train", limit: int | None = 
         if split not in WORD_SEEDS:
             raise ValueError(f"dataset.split: wordmath has splits {sorted(WORD_SEEDS)}")
         ds = datasets.Dataset.from_list(generate_wordmath(limit or 256, WORD_SEEDS[split]))
+    elif name == "wordadd":
+        if split not in WORD_SEEDS:
+            raise ValueError(f"dataset.split: wordadd has splits {sorted(WORD_SEEDS)}")
+        train = generate_wordadd(max(limit or 0, WORDADD_TRAIN_ROWS), WORD_SEEDS["train"])
+        if split == "train":
+            rows = train
+        else:
+            seen = {r["prompt"][0]["content"] for r in train}
+            rows = generate_wordadd(limit or 64, WORD_SEEDS[split], exclude=seen)
+        ds = datasets.Dataset.from_list(rows)
     elif name == "gsm8k":
         ds = _gsm8k(split)
     elif name == "math":
