@@ -289,10 +289,8 @@ async def test_a_round_is_one_padded_batch_of_alike_lengths() -> None:
     emb = CachingEmbedder(rec, cache=None, slice_tokens=120)
     emb.batcher.round_tokens = 480
     sizes = [3, 40, 12, 25, 6, 33]  # text order is not length order
-    reqs = [
-        [" ".join(f"r{r} w{i}" for i in range(n)) for n in sizes] for r in range(4)
-    ]
-    tokens = {t: c for texts in reqs for t, c in zip(texts, view.count_tokens(texts))}
+    reqs = [[" ".join(f"r{r} w{i}" for i in range(n)) for n in sizes] for r in range(4)]
+    tokens = {t: c for texts in reqs for t, c in zip(texts, view.count_tokens(texts), strict=True)}
     try:
         first = asyncio.create_task(emb.aencode(["held at the gate"]))
         await wait_for(rec.entered.is_set)
