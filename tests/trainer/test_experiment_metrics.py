@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from pathlib import Path
 
 import pytest
 
@@ -131,3 +132,38 @@ def test_final_answer_reward_reads_the_last_answer():
     got = final_answer_reward(None, completions, answer=["11"] * len(completions))
     assert got == [1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 0.0, 1.0]
     assert extract_final_number("answer: 3.50") == "3.50"
+
+
+def test_collect_only_writes_results_with_the_untrained_reference_and_plots(tmp_path):
+    """`--collect-only` assembles results.json from finished runs (what a resumed or interrupted
+    experiment does); the untrained policy's metrics ride along without its example texts, and
+    the plots draw from that file."""
+    import json
+
+    from reweighter_trainer.experiment import main
+    from reweighter_trainer.plots import plot
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    for method, acc in (("grpo", 0.25), ("dra", 0.5)):
+        entry = {
+            "method": method, "seed": 0, "steps": 2, "reward_curve": [0.0, acc],
+            "steps_to_target": None, "pass_at_k": acc, "accuracy": acc,
+            "distinct_correct": 2 * acc, "mean_pairwise_similarity": 0.7,
+            "reweight_share": 0.01, "similarity_curve": [0.8, 0.75],
+        }  # fmt: skip
+        (runs / f"{method}-0.json").write_text(json.dumps(entry))
+    base = {"accuracy": 0.125, "pass_at_k": 0.5, "distinct_correct": 0.5,
+            "mean_pairwise_similarity": 0.8, "examples": [{"prompt": "p"}]}  # fmt: skip
+    (tmp_path / "base.json").write_text(json.dumps(base))
+    config = Path(__file__).resolve().parents[2] / "trainer/configs/smoke-cpu.yaml"
+    argv = ["--config", str(config), "--out", str(tmp_path),
+            "--methods", "grpo,dra,mmr", "--collect-only"]  # fmt: skip
+    assert main(argv) == 0
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert [r["method"] for r in results["runs"]] == ["grpo", "dra"]  # mmr never ran: left out
+    assert results["untrained"] == {k: v for k, v in base.items() if k != "examples"}
+    assert results["task"]["name"] == "arith" and results["task"]["k"] == 8
+    written = plot(tmp_path)
+    assert {p.name for p in written} == {"reward.png", "similarity.png", "heldout.png"}
+    assert all(p.stat().st_size > 1000 for p in written)

@@ -236,7 +236,10 @@ def main(argv: list[str] | None = None) -> int:
         log(f"[{i}/{len(plan)}] {method} seed {seed}: {time.perf_counter() - t0:.0f} s, "
             f"train reward {entry['reward_curve']}, accuracy {entry['accuracy']:.3f}, "
             f"pass@{opts.k} {entry['pass_at_k']:.3f}, distinct {entry['distinct_correct']:.2f}")
-    results = {"model": Path(path).name, "task": task, "runs": runs}
+    results: dict[str, Any] = {"model": Path(path).name, "task": task, "runs": runs}
+    if (out / "base.json").exists():  # the untrained policy, the reference every run moves from
+        base = json.loads((out / "base.json").read_text())
+        results["untrained"] = {k: v for k, v in base.items() if k != "examples"}
     (out / "results.json").write_text(json.dumps(results, indent=2))
     log(f"wrote {out / 'results.json'}")
     return 0

@@ -3,6 +3,7 @@
 reward.png      training reward (base reward, before reweighting) per step, mean over seeds,
                 band = min..max over seeds
 heldout.png     held-out pass@k, greedy accuracy and distinct correct solutions per method
+                (dashed: the untrained policy, when the experiment ran --base-eval)
 similarity.png  mean within-group similarity of the training completions per step
 """
 
@@ -81,6 +82,9 @@ def plot(out: Path) -> list[Path]:
                color=[COLORS.get(m, "k") for m in methods])
         for i, v in enumerate(vals):  # every seed as a dot: the bars hide how few there are
             ax.scatter([i] * len(v), v, color="k", s=12, zorder=3)
+        if key in results.get("untrained", {}):
+            ax.axhline(results["untrained"][key], color="k", ls="--", lw=1, label="untrained")
+            ax.legend(fontsize=8)
         ax.set_title(f"held-out {label}", fontsize=10)
         ax.grid(axis="y", alpha=0.3)
     fig.suptitle(f"{title}: {results['task']['eval_prompts']} held-out prompts", fontsize=10)
