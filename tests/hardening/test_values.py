@@ -138,6 +138,31 @@ def test_garbage_grpc_bytes_are_invalid_argument(keyed: Served) -> None:
             assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, info.value.details()
 
 
+def test_garbage_bytes_on_the_member_stream_end_it_with_invalid_argument(keyed: Served) -> None:
+    """SubmitMembers (stream-stream): a message that does not decode ends the stream with
+    INVALID_ARGUMENT, not UNKNOWN; the stream's valid members before it are still answered."""
+    good = pb.SubmitMemberRequest(group_id="garbage-stream", member_id="a", group_size=1,
+                                  reward=1.0, embedding=pb.Vector(values=[1.0, 0.0]))  # fmt: skip
+    with grpc.insecure_channel(keyed.target) as channel:
+        call = channel.stream_stream("/reweighter.v1.Reweighter/SubmitMembers")  # raw bytes
+        for i, garbage in enumerate((b"\xff\xff\xff\xff", b"\x12\xff\xff\xff\xff\x0f")):
+            good.group_id = f"garbage-stream-{i}"
+            answers = call(
+                iter([good.SerializeToString(), garbage]),
+                metadata=tuple(AUTH.items()),
+                timeout=10,
+            )
+            got = []
+            with pytest.raises(grpc.RpcError) as info:
+                for answer in answers:
+                    got.append(pb.MemberResult.FromString(answer))
+            assert [(g.group_id, g.member_id, g.complete) for g in got] == [
+                (good.group_id, "a", True)
+            ]
+            assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, info.value.details()
+            assert "not a valid protobuf message" in (info.value.details() or "")
+
+
 def test_messages_name_the_field_once(keyed: Served) -> None:
     response = post(keyed, {"method": "nope", "groups": [{"rewards": [1], "embeddings": [[1]]}]})
     err = error_shape(response.json())

@@ -29,23 +29,49 @@ def _tolerant(parse: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | 
     return tolerant
 
 
+def _refusal(bad: _Undecodable) -> str:
+    return f"the request is not a valid protobuf message of this method: {bad.error}"
+
+
 class DecodeGuard(grpc.aio.ServerInterceptor):
-    """Unary calls whose request does not decode get INVALID_ARGUMENT before the servicer."""
+    """Requests that do not decode get INVALID_ARGUMENT before the servicer sees them.
+
+    Unary calls are refused outright. On the member stream (stream-stream), the messages before
+    the bad one are served and answered as usual; the stream then ends with INVALID_ARGUMENT
+    instead of grpc's UNKNOWN, and nothing after the bad message is read.
+    """
 
     async def intercept_service(self, continuation, handler_call_details):  # type: ignore[override]
         handler = await continuation(handler_call_details)
-        if handler is None or handler.unary_unary is None:
+        if handler is None:
             return handler
-        inner = handler.unary_unary
+        tolerant = _tolerant(handler.request_deserializer)
+        if handler.unary_unary is not None:
+            inner = handler.unary_unary
 
-        async def unary(request: Any, context: Any) -> Any:
-            if isinstance(request, _Undecodable):
-                await context.abort(
-                    grpc.StatusCode.INVALID_ARGUMENT,
-                    f"the request is not a valid protobuf message of this method: {request.error}",
-                )
-            return await inner(request, context)
+            async def unary(request: Any, context: Any) -> Any:
+                if isinstance(request, _Undecodable):
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, _refusal(request))
+                return await inner(request, context)
 
-        return handler._replace(
-            unary_unary=unary, request_deserializer=_tolerant(handler.request_deserializer)
-        )
+            return handler._replace(unary_unary=unary, request_deserializer=tolerant)
+        if handler.stream_stream is not None:
+            streamed = handler.stream_stream
+
+            async def stream(requests: Any, context: Any) -> Any:
+                bad: list[_Undecodable] = []
+
+                async def decoded() -> Any:
+                    async for request in requests:
+                        if isinstance(request, _Undecodable):
+                            bad.append(request)
+                            return
+                        yield request
+
+                async for answer in streamed(decoded(), context):
+                    yield answer
+                if bad:
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, _refusal(bad[0]))
+
+            return handler._replace(stream_stream=stream, request_deserializer=tolerant)
+        return handler
