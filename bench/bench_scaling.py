@@ -92,7 +92,10 @@ async def sweep(svc: Served, kind: str, args: argparse.Namespace) -> list[dict]:
             tokens = x if kind == "length" else 180
             conc = x if kind == "clients" else 1
             n = max(args.requests, conc)
-            texts = Texts(tokens, seed=1000 + x)
+            # A seed per (sweep, point): the same seed in two sweeps (group=16 and clients=16)
+            # regenerates the same texts, which the service then answers from its cache.
+            seed = {"group": 1000, "length": 2000, "clients": 3000}[kind] + x
+            texts = Texts(tokens, seed=seed)
             groups = [texts.group(g) for _ in range(n)]  # built before the clock starts
             wall, lat = await _timed(http, groups, conc)
             row = {"x": x, "n": n, "groups_s": n / wall, "completions_s": n * g / wall,

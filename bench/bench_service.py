@@ -63,7 +63,8 @@ class Texts:
             words = " ".join(self.rng.choices(_WORDS, k=8))
             parts.append(f"Step: {a} * {b} = {a * b}, {words}.")
             text = " ".join(parts)
-            if len(self.tok(text, add_special_tokens=False)["input_ids"]) >= self.tokens - 2:
+            ids = self.tok(text, add_special_tokens=False, verbose=False)["input_ids"]
+            if len(ids) >= self.tokens - 2:
                 return text
 
     def group(self, g: int) -> list[str]:

@@ -148,9 +148,11 @@ class SentenceTransformerEncoder(Encoder):
         swapped in as the transformer's forward.
 
         Why: with frozen weights inductor prepacks the linear layers for oneDNN and fuses the
-        element-wise ops; on a 2-core CPU that nearly doubles MiniLM's throughput at unchanged
-        fp32 results. The compile costs 40-120 s on 2 shared cores, so by default it runs in
-        the background (`compile="auto"`) while the eager model serves.
+        element-wise ops, at unchanged fp32 results. On an idle 2-core AVX2 CPU the gain is
+        small (+3 %, BENCHMARKS.md B: the forward is bound by its matrix multiplies); it matters
+        more where element-wise work weighs more (GPU, short sequences). The compile costs
+        40-120 s on 2 cores, so by default it runs in the background (`compile="auto"`) while
+        the eager model serves.
 
         Shapes: the graph is traced with dynamic batch and sequence sizes from a batch of
         several sequences; one-sequence batches stay eager (a size-1 dimension would be
