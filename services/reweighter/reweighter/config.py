@@ -39,8 +39,9 @@ class Settings(BaseSettings):
     max_seq_length: int | None = Field(None, description="override the encoder window (tokens)")
     compile: Literal["auto", "on", "off"] = Field(
         "auto",
-        description="torch.compile the encoder: 'auto' serves eager at once and swaps the "
-        "compiled encoder in when it is warm (background); 'on' compiles before ready",
+        description="torch.compile the encoder: 'auto' compiles on a GPU in the background "
+        "(eager until it is warm) and stays eager on CPU, where compiling measured slower; "
+        "'on' compiles before ready on any device",
     )
     # batching
     max_batch_tokens: int | None = Field(

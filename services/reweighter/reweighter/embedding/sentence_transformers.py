@@ -124,8 +124,11 @@ class SentenceTransformerEncoder(Encoder):
             raise ValueError(f"compile must be 'auto', 'on' or 'off', got {compile!r}")
         if mode == "on":
             self._compile()
-        elif mode == "auto":
+        elif mode == "auto" and half:
             self.compile_in_background()
+        # `auto` on CPU stays eager: on the 2-core AVX2 machine we measure on, the compiled
+        # forward served 13 % fewer texts/s than eager (BENCHMARKS.md B), and its compile
+        # takes a core for most of a minute. `compile="on"` still compiles anywhere.
 
     def _compile(self) -> None:
         """Compile now (blocking), then swap the compiled forward in."""
@@ -148,11 +151,10 @@ class SentenceTransformerEncoder(Encoder):
         swapped in as the transformer's forward.
 
         Why: with frozen weights inductor prepacks the linear layers for oneDNN and fuses the
-        element-wise ops, at unchanged fp32 results. On an idle 2-core AVX2 CPU the gain is
-        small (+3 %, BENCHMARKS.md B: the forward is bound by its matrix multiplies); it matters
-        more where element-wise work weighs more (GPU, short sequences). The compile costs
-        40-120 s on 2 cores, so by default it runs in the background (`compile="auto"`) while
-        the eager model serves.
+        element-wise ops, at unchanged fp32 results; on a GPU fusing the element-wise work is
+        where eager loses. On the idle 2-core AVX2 CPU we measure on it does not pay (24.7
+        against 28.3 texts/s eager, BENCHMARKS.md B), so `compile="auto"` compiles on CUDA
+        only, in the background while the eager model serves; `compile="on"` anywhere.
 
         Shapes: the graph is traced with dynamic batch and sequence sizes from a batch of
         several sequences; one-sequence batches stay eager (a size-1 dimension would be
