@@ -64,11 +64,13 @@ def onnx_contenders(st, tmp: Path) -> dict[str, Callable[[list[str]], np.ndarray
                 return_dict=False,
             )[0]
 
+    # The wrapper is put in eval mode itself: the exporter restores the wrapper's mode after
+    # tracing, and a wrapper left in training mode switched the shared model's dropout on.
     names = ["input_ids", "attention_mask", "token_type_ids"]
     plain = tmp / "minilm.onnx"
     ids = torch.ones(2, 16, dtype=torch.long)
     torch.onnx.export(
-        Bare(st[0].auto_model.eval()), (ids, torch.ones_like(ids), torch.zeros_like(ids)),
+        Bare(st[0].auto_model).eval(), (ids, torch.ones_like(ids), torch.zeros_like(ids)),
         str(plain), input_names=names, output_names=["h"], opset_version=17, dynamo=False,
         dynamic_axes={n: {0: "b", 1: "s"} for n in [*names, "h"]},
     )  # fmt: skip
