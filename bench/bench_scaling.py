@@ -118,6 +118,7 @@ def _plot(kind: str, rows: list[dict], label: str) -> Path:
     xs = [r["x"] for r in rows]
     ax.plot(xs, [r["tokens_s"] for r in rows], "o-", color="tab:blue")
     ax.set_xscale("log", base=2)
+    ax.set_ylim(bottom=0)  # a flat line must look flat
     ax.set_xlabel(label)
     ax.set_ylabel("completion tokens/s", color="tab:blue")
     ax2 = ax.twinx()

@@ -153,7 +153,7 @@ class SentenceTransformerEncoder(Encoder):
         Why: with frozen weights inductor prepacks the linear layers for oneDNN and fuses the
         element-wise ops, at unchanged fp32 results; on a GPU fusing the element-wise work is
         where eager loses. On the idle 2-core AVX2 CPU we measure on it does not pay (24.7
-        against 28.3 texts/s eager, BENCHMARKS.md B), so `compile="auto"` compiles on CUDA
+        against 28.1 texts/s eager, BENCHMARKS.md B), so `compile="auto"` compiles on CUDA
         only, in the background while the eager model serves; `compile="on"` anywhere.
 
         Shapes: the graph is traced with dynamic batch and sequence sizes from a batch of
