@@ -82,9 +82,9 @@ def generate_wordadd(n: int, seed: int, exclude: set[str] | frozenset[str] = fro
 
     The `wordadd` task exists because SmolLM2-135M solves two-step `wordmath` about 1 time in
     100: a group of 8 is then almost always all wrong and GRPO has no signal. Here it starts
-    near 12 % (128 tokens, temperature 0.7), inside the 5-40 % where a group usually holds
-    both right and wrong answers. Prompts in `exclude` (the train split) are skipped, so
-    held-out prompts are unseen. Deterministic in (n, seed, exclude).
+    at 12-16 % of samples right (128 tokens, temperature 0.7), inside the 5-40 % where a group
+    usually holds both right and wrong answers. Prompts in `exclude` (the train split) are
+    skipped, so held-out prompts are unseen. Deterministic in (n, seed, exclude).
     """
     rng = random.Random(seed)
     rows: list[dict[str, Any]] = []
