@@ -33,6 +33,9 @@ import threading
 import time
 from pathlib import Path
 
+# The served process gets the user's environment, not the bench's own settings: a user who
+# runs `reweighter serve` has no TOKENIZERS_PARALLELISM unless they set it.
+USER_ENV = dict(os.environ)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -49,8 +52,9 @@ class Served:
 
     def __init__(self, extra_env: dict[str, str] | None = None, pythonpath: str | None = None):
         self.port, self.grpc_port = free_port(), free_port()
-        env = {k: v for k, v in os.environ.items() if not k.startswith("REWEIGHTER_")}
+        env = {k: v for k, v in USER_ENV.items() if not k.startswith("REWEIGHTER_")}
         env.pop("REDIS_URL", None)
+        env["HF_HUB_OFFLINE"] = "1"  # no downloads at run time (the bundled model needs none)
         env.update(extra_env or {})
         if pythonpath:
             env["PYTHONPATH"] = pythonpath
