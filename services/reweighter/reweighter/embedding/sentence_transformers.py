@@ -52,6 +52,14 @@ def resolve_device(device: str) -> str:
     return device
 
 
+def auto_compiles(device: str) -> bool:
+    """Whether `compile="auto"` compiles on `device`: on CUDA only. On the 2-core AVX2 CPU we
+    measure on, the compiled forward served 13 % fewer texts/s than eager (BENCHMARKS.md B),
+    and its compile takes a core for most of a minute; `compile="on"` still compiles anywhere.
+    """
+    return resolve_device(device).startswith("cuda")
+
+
 class SentenceTransformerEncoder(Encoder):
     """Any sentence-transformers model; long texts by policy; batches by token budget.
 
@@ -124,11 +132,8 @@ class SentenceTransformerEncoder(Encoder):
             raise ValueError(f"compile must be 'auto', 'on' or 'off', got {compile!r}")
         if mode == "on":
             self._compile()
-        elif mode == "auto" and half:
+        elif mode == "auto" and auto_compiles(self.device):
             self.compile_in_background()
-        # `auto` on CPU stays eager: on the 2-core AVX2 machine we measure on, the compiled
-        # forward served 13 % fewer texts/s than eager (BENCHMARKS.md B), and its compile
-        # takes a core for most of a minute. `compile="on"` still compiles anywhere.
 
     def _compile(self) -> None:
         """Compile now (blocking), then swap the compiled forward in."""
