@@ -27,9 +27,14 @@ pytest.importorskip("openrlhf.utils.agent")
 
 from openrlhf.utils.agent import SingleTurnAgentExecutor  # noqa: E402
 
-from reweighter.api.http import create_app  # noqa: E402
+from reweighter.api.http.app import create_app  # noqa: E402
+from reweighter.api.http.openrlhf import build_openrlhf_router  # noqa: E402
+from reweighter.api.metrics import Metrics  # noqa: E402
 from reweighter.assembly import GroupAssembler, make_store  # noqa: E402
-from reweighter.integrations import openrlhf  # noqa: E402
+from reweighter.config import OpenRLHFSettings  # noqa: E402
+from reweighter.verify import response_of  # noqa: E402
+from reweighter.verify.math_answers import answers_match, final_answer  # noqa: E402
+from reweighter.verify.upstream import UpstreamVerifier  # noqa: E402
 from reweighter.service import BackgroundService  # noqa: E402
 from reweighter.types import Group, ReweightRequest  # noqa: E402
 
@@ -90,10 +95,11 @@ def server(engine: Any, upstream: Served) -> Iterator[Served]:
     settings = loopback(assembly_timeout_s=60.0)
     assembler = GroupAssembler(engine, make_store(settings), settings)
     app = create_app(engine, settings, assembler=assembler)
-    app.include_router(openrlhf.make_router(
-        openrlhf.math_verifier(), n=4, timeout_s=1.0, path="/short"))
-    app.include_router(openrlhf.make_router(
-        openrlhf.upstream_verifier(upstream.url("/score")), path="/upstream"))
+    app.include_router(build_openrlhf_router(
+        OpenRLHFSettings(n=4, timeout_s=1.0), Metrics(engine), assembler, paths=("/short",)))
+    app.include_router(build_openrlhf_router(
+        OpenRLHFSettings(), Metrics(engine), assembler,
+        verifier=UpstreamVerifier(upstream.url("/score")), paths=("/upstream",)))
     with Served(app) as s:
         yield s
 
@@ -149,8 +155,8 @@ async def run_openrlhf(url: str, rows: list[tuple[str, str, str]], tokenizer: An
 def expected(engine: Any, outs: list[dict], tokenizer: Any) -> list[float]:
     """/v1/reweight semantics per prompt group, on the completions the endpoint saw."""
     queries = [tokenizer.decode(o["observation_tokens"], skip_special_tokens=False) for o in outs]
-    texts = [openrlhf.response_of(q, o["prompt"]) for q, o in zip(queries, outs, strict=True)]
-    raw = [1.0 if openrlhf.answers_match(openrlhf.extract_answer(t), o["label"]) else 0.0
+    texts = [response_of(q, o["prompt"]) for q, o in zip(queries, outs, strict=True)]
+    raw = [1.0 if answers_match(final_answer(t), o["label"]) else 0.0
            for t, o in zip(texts, outs, strict=True)]
     want = [0.0] * len(outs)
     for prompt in {o["prompt"] for o in outs}:
@@ -223,7 +229,7 @@ async def test_bad_requests_name_the_field(server) -> None:
 
 
 def test_math_checker() -> None:
-    m, x = openrlhf.answers_match, openrlhf.extract_answer
+    m, x = answers_match, final_answer
     assert m(x("so \\boxed{\\frac{1}{2}}"), "0.5")
     assert m(x("#### 1,234"), "1234")
     assert m(x("The answer is 7."), "7")

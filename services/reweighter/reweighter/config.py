@@ -7,6 +7,7 @@ Kubernetes secrets conventionally use.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import enum
 import types
 import typing
@@ -18,7 +19,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .types import LongTextPolicy
 
-__all__ = ["LongTextPolicy", "Settings"]
+__all__ = ["LongTextPolicy", "OpenRLHFSettings", "Settings"]
 
 
 class Settings(BaseSettings):
@@ -42,6 +43,17 @@ class Settings(BaseSettings):
         description="torch.compile the encoder: 'auto' compiles on a GPU in the background "
         "(eager until it is warm) and stays eager on CPU, where compiling measured slower; "
         "'on' compiles before ready on any device",
+    )
+    precision: Literal["auto", "fp32", "int8", "fp16", "bf16"] = Field(
+        "auto",
+        description="encoder precision: 'auto' = fp32 on CPU, fp16 on CUDA; 'int8' (CPU, needs "
+        "the cpu-int8 extra) is faster and moves similarities by up to ~0.01; 'bf16' on CUDA "
+        "(docs/embedding.md)",
+    )
+    precision_cache_dir: str | None = Field(
+        None,
+        description="where the int8 model artefact is built on first start and kept; "
+        "unset = $XDG_CACHE_HOME/reweighter or ~/.cache/reweighter",
     )
     # batching
     max_batch_tokens: int | None = Field(
@@ -93,12 +105,23 @@ class Settings(BaseSettings):
         262144, description="members held in open groups (and waiting here) before 429"
     )
     assembly_prefix: str = Field("reweighter:asm:", description="Redis key prefix of assembly")
-    # OpenRLHF remote reward endpoint (/v1/openrlhf/reward; integrations/openrlhf.py)
+    # OpenRLHF remote reward route (api/http/openrlhf.py): the openrlhf_* group, read by the
+    # route through the typed view `Settings.openrlhf`, never field by field
     openrlhf_n: int | None = Field(
         None, ge=1, description="group size (n_samples_per_prompt) when the URL has no ?n="
     )
     openrlhf_upstream_url: str | None = Field(
         None, description="base rewards from this OpenRLHF reward URL instead of the math checker"
+    )
+    openrlhf_token: str | None = Field(
+        None,
+        repr=False,
+        description="secret of the route /v1/openrlhf/<token>/reward, for OpenRLHF's client, "
+        "which sends no headers (docs/integrations.md); needs its own value, not the API key",
+    )
+    openrlhf_timeout_s: float = Field(
+        150.0, gt=0, lt=180, description="how long an OpenRLHF sample waits for its group "
+        "(OpenRLHF gives up on a request after 180 s)",
     )
     # connections (docs/operations.md): a flood of idle or slow clients must not lock others out
     max_connections: int = Field(
@@ -124,6 +147,26 @@ class Settings(BaseSettings):
         None, validation_alias=AliasChoices("REWEIGHTER_API_KEY", "api_key")
     )
     log_level: str = Field("info", description="debug | info | warning | error")
+
+    @property
+    def openrlhf(self) -> OpenRLHFSettings:
+        """The OpenRLHF route's settings as one typed group."""
+        return OpenRLHFSettings(
+            n=self.openrlhf_n,
+            upstream_url=self.openrlhf_upstream_url,
+            token=self.openrlhf_token,
+            timeout_s=self.openrlhf_timeout_s,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class OpenRLHFSettings:
+    """The OpenRLHF route's settings (env REWEIGHTER_OPENRLHF_*, flags --openrlhf-*)."""
+
+    n: int | None = None
+    upstream_url: str | None = None
+    token: str | None = dataclasses.field(default=None, repr=False)
+    timeout_s: float = 150.0
 
 
 # -- command-line flags, generated from the fields above -------------------------------------

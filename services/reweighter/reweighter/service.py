@@ -77,8 +77,8 @@ class Service:
         self.grpc_port = 0
 
     async def start(self) -> None:
-        from .api.grpc import create_grpc_server
-        from .api.http import create_app
+        from .api.grpc.server import create_grpc_server
+        from .api.http.app import create_app
         from .api.metrics import Metrics
         from .assembly import GroupAssembler, make_store
 

@@ -1,6 +1,7 @@
-"""The HTTP transport (FastAPI): app.py builds the app, router.py holds the routes,
-schemas.py the wire models and their conversions, middleware.py the body-size limit."""
+"""The HTTP transport (FastAPI): app.py builds the app (`create_app`), router.py holds the
+routes, openrlhf.py the OpenRLHF route, schemas.py the wire models and their conversions,
+middleware.py the API key and body-size limit.
 
-from .app import create_app
-
-__all__ = ["create_app"]
+Deliberately empty of imports: the wire models (`schemas`) are imported by the torch-free,
+FastAPI-free client, so importing this package must not build a server.
+"""

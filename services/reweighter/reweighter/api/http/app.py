@@ -19,11 +19,11 @@ from ... import __version__
 from ...assembly import GroupAssembler
 from ...config import Settings
 from ...errors import InvalidInput, ReweighterError
-from ...integrations import openrlhf
 from ...limits import max_body_bytes
 from ..metrics import Metrics
 from ..protocol import EngineProtocol
 from .middleware import BodyLimit, endpoint_name
+from .openrlhf import OpenRLHFRewardIn, build_openrlhf_router, is_token_path
 from .router import build_router
 from .schemas import EmbedIn, ErrorOut, GroupIn, MemberIn, ReweightIn
 
@@ -32,6 +32,7 @@ _SCHEMA_FIELDS = (
     | set(GroupIn.model_fields)
     | set(EmbedIn.model_fields)
     | set(MemberIn.model_fields)
+    | set(OpenRLHFRewardIn.model_fields)
 )
 
 
@@ -87,9 +88,15 @@ def create_app(
         return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
 
     app.include_router(build_router(engine, settings, metrics, assembler))
-    app.include_router(openrlhf.router_from_settings(settings))  # OpenRLHF --remote_rm_url
-    limit = max_body_bytes(settings)
-    app.add_middleware(BodyLimit, limit=limit, metrics=metrics, api_key=settings.api_key)
+    app.include_router(build_openrlhf_router(settings.openrlhf, metrics, assembler))
+    token = settings.openrlhf.token
+    app.add_middleware(
+        BodyLimit,
+        limit=max_body_bytes(settings),
+        metrics=metrics,
+        api_key=settings.api_key,
+        own_secret=lambda path: is_token_path(path, token),
+    )
     return app
 
 

@@ -8,6 +8,8 @@ at once with `connection: close`, so the server stops reading the rest of the bo
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -18,7 +20,10 @@ from .schemas import ErrorOut
 
 
 def endpoint_name(path: str) -> str:
-    """The metrics label of a path: its last segment ("/v1/reweight" -> "reweight")."""
+    """The metrics label of a path: its last segment ("/v1/reweight" -> "reweight"); the
+    OpenRLHF route (which may carry a secret segment) is "openrlhf"."""
+    if path.startswith("/v1/openrlhf/"):
+        return "openrlhf"
     return path.rsplit("/", 1)[-1] or "root"
 
 
@@ -34,22 +39,33 @@ class BodyLimit:
     """
 
     def __init__(
-        self, app: ASGIApp, limit: int, metrics: Metrics, api_key: str | None = None
+        self,
+        app: ASGIApp,
+        limit: int,
+        metrics: Metrics,
+        api_key: str | None = None,
+        own_secret: Callable[[str], bool] | None = None,
     ) -> None:
+        """`own_secret(path)`: True for a path that carries its own secret and has passed its
+        check (raises Unauthenticated when it fails); such a path needs no bearer key."""
         self.app, self.limit, self.metrics, self.api_key = app, limit, metrics, api_key
+        self.own_secret = own_secret
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         headers = dict(scope.get("headers", []))
-        if self.api_key and scope.get("path", "").startswith(PROTECTED_PREFIX):
-            auth = headers.get(b"authorization")
-            try:
+        path = scope.get("path", "")
+        try:
+            if self.own_secret is not None and self.own_secret(path):
+                pass
+            elif self.api_key and path.startswith(PROTECTED_PREFIX):
+                auth = headers.get(b"authorization")
                 check_bearer(auth.decode("latin-1") if auth else None, self.api_key)
-            except Unauthenticated as exc:
-                await self._refuse(scope, send, exc)
-                return
+        except Unauthenticated as exc:
+            await self._refuse(scope, send, exc)
+            return
         declared = headers.get(b"content-length")
         if declared is not None:
             if declared.isdigit() and int(declared) > self.limit:

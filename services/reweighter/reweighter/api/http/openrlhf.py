@@ -1,0 +1,212 @@
+"""The OpenRLHF route: the service as OpenRLHF's remote reward model (`--reward.remote_url`).
+
+OpenRLHF posts `{"query": [...], "prompts": [...], "labels": [...]}` (one sample per request in
+its single-turn executor) and reads `{"rewards", "scores", "extra_logs"}`. Each sample gets a
+base reward from a verifier (reweighter.verify: the math answer checker, or an upstream
+OpenRLHF-protocol reward URL), joins its prompt's group of `n` (`?n=`, else
+`--openrlhf-n`) through the assembler, and is answered with the reweighted reward once the
+group is whole. `scores` stay the verifier's raw rewards (what OpenRLHF's dynamic filtering
+and pass rates should see). OpenRLHF sends no step id, so reweighter.assembly.rounds numbers
+each prompt's rounds; a round answered short is reported in `extra_logs` (OpenRLHF logs every
+key as a metric), as a WARNING here, and in `reweighter_openrlhf_short_rounds_total`.
+
+Authentication: OpenRLHF's client sends no headers, so besides `/v1/openrlhf/reward` (the
+service's bearer key, like every /v1 route) the route is served at `/v1/openrlhf/<token>/reward`
+when `--openrlhf-token` is set; the token is checked in constant time by the HTTP middleware
+before the body is read, and masked in log lines (reweighter.logs). docs/integrations.md gives
+the trade-off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import APIRouter, Request
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
+from pydantic import BaseModel, ConfigDict, Field
+
+from ...assembly import GroupAssembler, MemberResult, MemberSubmission
+from ...assembly.rounds import Rounds, Seat
+from ...config import OpenRLHFSettings
+from ...errors import InvalidInput, NotReady, Unauthenticated
+from ...verify import Verifier, response_of
+from ...verify.math_answers import math_verifier
+from ...verify.upstream import UpstreamVerifier
+from ..metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+PATH = "/v1/openrlhf/reward"
+TOKEN_PATH = re.compile(r"^/v1/openrlhf/(?P<token>[^/]+)/reward$")
+"""The route with its secret in the path; `reweighter.logs` masks the same segment."""
+
+
+class OpenRLHFRewardIn(BaseModel):
+    """What OpenRLHF's remote reward client posts."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    query: list[str] = Field(..., description="prompt + response, decoded together")
+    prompts: list[str]
+    labels: list[Any] | None = Field(None, description="the dataset's --data.label_key values")
+
+
+class OpenRLHFRewardOut(BaseModel):
+    """What OpenRLHF reads: `rewards` trains, `scores` feed its filtering and pass-rate logs,
+    each `extra_logs` key becomes a logged metric (one number per sample)."""
+
+    rewards: list[float] = Field(..., description="reweighted (raw when the group was short)")
+    scores: list[float] = Field(..., description="the verifier's raw rewards")
+    extra_logs: dict[str, list[float]] = Field(
+        ...,
+        description="raw_reward; reweighted (1 when the group was whole); short_round (1 when "
+        "answered short: ?n= may not equal n_samples_per_prompt); mean_similarity",
+    )
+
+
+@dataclass
+class OpenRLHFStats:
+    """Plain counters, exported by `_StatsCollector` at scrape time."""
+
+    short_rounds: int = 0  # rounds answered with fewer than n members
+    surplus_rounds: int = 0  # ... of which right after a full round (more samples than n)
+
+
+class _StatsCollector(Collector):
+    def __init__(self, stats: OpenRLHFStats) -> None:
+        self.stats = stats
+
+    def collect(self) -> Any:
+        family = CounterMetricFamily(
+            "reweighter_openrlhf_short_rounds",
+            "OpenRLHF prompt rounds answered with fewer than n members (not reweighted); "
+            "cause=surplus: they came right after a full round (?n= below n_samples_per_prompt)",
+            labels=["cause"],
+        )
+        family.add_metric(["surplus"], float(self.stats.surplus_rounds))
+        family.add_metric(["short"], float(self.stats.short_rounds - self.stats.surplus_rounds))
+        yield family
+
+
+def is_token_path(path: str, token: str | None) -> bool:
+    """True when `path` is the token route; raises Unauthenticated when its token is wrong.
+    The HTTP middleware calls this before reading the body (and before the bearer check)."""
+    match = TOKEN_PATH.match(path)
+    if match is None:
+        return False
+    if not token:
+        raise Unauthenticated("this service has no OpenRLHF token (--openrlhf-token)")
+    if not hmac.compare_digest(match["token"].encode(), token.encode()):
+        raise Unauthenticated("wrong OpenRLHF token in the URL")
+    return True
+
+
+def build_openrlhf_router(
+    settings: OpenRLHFSettings,
+    metrics: Metrics,
+    assembler: GroupAssembler | None,
+    *,
+    verifier: Verifier | None = None,
+    method: str = "dra",
+    paths: tuple[str, ...] = (PATH, "/v1/openrlhf/{token}/reward"),
+) -> APIRouter:
+    """The route at `paths`. `verifier`: default from `settings` (the upstream URL, else the
+    math checker). Authentication is the middleware's (see `is_token_path`)."""
+    if verifier is None:
+        verifier = (
+            UpstreamVerifier(settings.upstream_url) if settings.upstream_url else math_verifier()
+        )
+    stats = OpenRLHFStats()
+    metrics.registry.register(_StatsCollector(stats))
+    rounds = Rounds("openrlhf", burst_s=settings.timeout_s)
+    close = getattr(verifier, "aclose", None)
+    router = APIRouter(tags=["openrlhf"], on_shutdown=[close] if close else None)
+
+    async def one(size: int, query: str, prompt: str, reward: float) -> MemberResult | None:
+        if size == 1:
+            return None
+        if assembler is None:
+            raise NotReady("group assembly is not running in this service")
+        seat = rounds.enter(prompt, query, size)
+        result: MemberResult | None = None
+        try:
+            result = await assembler.submit(
+                MemberSubmission(
+                    seat.group_id, seat.member_id, size, reward,
+                    completion=response_of(query, prompt), method=method,
+                    timeout_s=settings.timeout_s,
+                )
+            )  # fmt: skip
+            return result
+        finally:
+            _leave(seat, result, size)
+
+    def _leave(seat: Seat, result: MemberResult | None, size: int) -> None:
+        members = result.members if result is not None and not result.complete else size
+        short = rounds.leave(seat, answered=result is not None, members=members, n=size)
+        if short is not None:
+            stats.short_rounds += 1
+            stats.surplus_rounds += short.after_full_round
+            log.warning("OpenRLHF: %s", short.message())
+
+    async def reward(body: OpenRLHFRewardIn, request: Request) -> OpenRLHFRewardOut:
+        with metrics.track("http", "openrlhf", method):
+            size = _group_size(request.query_params.get("n"), settings.n)
+            labels = body.labels if body.labels is not None else [None] * len(body.query)
+            if not len(body.query) == len(body.prompts) == len(labels):
+                raise InvalidInput(
+                    f"query, prompts and labels differ in length: "
+                    f"{len(body.query)}, {len(body.prompts)}, {len(labels)}",
+                    field="prompts",
+                )
+            metrics.completions.labels("http").observe(len(body.query))
+            raw = await verifier(list(body.query), list(body.prompts), list(labels))
+            results = await asyncio.gather(
+                *(one(size, q, p, r) for q, p, r in zip(body.query, body.prompts, raw, strict=True))
+            )
+            return _answer(raw, results)
+
+    for path in paths:
+        router.add_api_route(
+            path, reward, methods=["POST"], response_model=OpenRLHFRewardOut,
+            summary="OpenRLHF remote reward (--reward.remote_url)",
+        )  # fmt: skip
+    return router
+
+
+def _group_size(given: str | None, default: int | None) -> int:
+    """?n= (OpenRLHF's n_samples_per_prompt), else the service's --openrlhf-n."""
+    if given is None:
+        if default is None:
+            raise InvalidInput("give ?n=<n_samples_per_prompt> in the URL", field="n")
+        return default
+    if not given.isdigit() or int(given) < 1:
+        raise InvalidInput(f"must be a positive integer, got {given!r}", field="n")
+    return int(given)
+
+
+def _answer(raw: list[float], results: list[MemberResult | None]) -> OpenRLHFRewardOut:
+    def whole(res: MemberResult | None) -> bool:
+        return res is None or res.complete
+
+    return OpenRLHFRewardOut(
+        rewards=[
+            r if res is None else float(res.reward) for r, res in zip(raw, results, strict=True)
+        ],
+        scores=raw,
+        extra_logs={
+            "raw_reward": raw,
+            "reweighted": [float(res is not None and res.complete) for res in results],
+            "short_round": [float(not whole(res)) for res in results],
+            "mean_similarity": [
+                res.stats.mean_similarity if res is not None and res.stats else 1.0
+                for res in results
+            ],
+        },
+    )

@@ -1,0 +1,170 @@
+"""Rounds: group ids for callers that send no step id (OpenRLHF), where a prompt comes back.
+
+OpenRLHF posts one sample at a time with its prompt and label, nothing else; the same prompt
+returns in later steps. A prompt's samples are therefore numbered into rounds here, and round
+r of a prompt is the assembly group `<prefix>:<prompt hash>:<r>`:
+
+- a new sample joins the prompt's open round, unless that round already holds `n` samples or
+  any of its members has been answered (complete or timed out): then it opens the next round.
+  So a late or surplus sample never joins a group that was already answered, and no number is
+  computed over samples of two rounds;
+- the member id is the query's hash, so a re-post of a sample (OpenRLHF retries failed
+  requests) is the same member of the same round while its round is open, and within
+  `retry_window_s` of its answer. An identical query while the first is still waiting is a
+  second member (a repeated completion), not a retry;
+- a round answered short (fewer than `n` members) is a size mismatch: `Seat.report` says so
+  once per round, with the likely cause.
+
+The bookkeeping is per process and bounded (least recently used prompts are forgotten): behind
+several replicas, route by prompt or serve the route from one replica.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Seat:
+    """Where one sample sits: its group and member id, and what `leave` needs back."""
+
+    key: str
+    group_id: str
+    member_id: str
+    query_hash: str
+    round: int
+
+
+@dataclass(frozen=True)
+class ShortRound:
+    """A round answered with fewer members than `n`: what the caller should be told."""
+
+    round: int
+    members: int
+    n: int
+    after_full_round: bool
+    """The round opened within `burst_s` of the prompt's previous round filling with n members:
+    more samples than n were sent (n too small), rather than fewer (n too large, or lost)."""
+
+    def message(self) -> str:
+        cause = (
+            f"more than n={self.n} samples of this prompt arrived together "
+            f"(likely n_samples_per_prompt = {self.n + self.members})"
+            if self.after_full_round
+            else f"only {self.members} of n={self.n} samples arrived in time "
+            f"(n_samples_per_prompt smaller than n, or samples lost)"
+        )
+        return (
+            f"round {self.round} of a prompt was answered with {self.members} of n={self.n} "
+            f"members, not reweighted: {cause}; ?n= in the reward URL must equal "
+            f"--rollout.n_samples_per_prompt"
+        )
+
+
+@dataclass
+class _Prompt:
+    round: int = 0
+    members: dict[str, float] = field(default_factory=dict)  # open round: member -> last seen
+    answered: bool = False  # some member of the open round has its answer
+    reported: int = -1  # last round reported short
+    previous: dict[str, tuple[int, float]] = field(default_factory=dict)  # member -> (round, t)
+    opened_at: float = 0.0  # the open round's first arrival
+    full_at: float | None = None  # when the open round reached n members
+    previous_full_at: float | None = None  # when the previous round reached n members
+    in_flight: dict[str, int] = field(default_factory=dict)  # query hash -> waiting calls
+
+
+class Rounds:
+    """Seats samples of prompts into rounds of `n`; bounded to `max_prompts` prompts."""
+
+    def __init__(
+        self,
+        prefix: str,
+        *,
+        max_prompts: int = 100_000,
+        retry_window_s: float = 60.0,
+        burst_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.prefix = prefix
+        self.max_prompts = max_prompts
+        self.retry_window_s = retry_window_s
+        self.burst_s = burst_s
+        self._clock = clock
+        self._prompts: OrderedDict[str, _Prompt] = OrderedDict()
+
+    @staticmethod
+    def _key(prompt: str, n: int) -> str:
+        return hashlib.sha256(f"{n}\0{prompt}".encode()).hexdigest()[:24]
+
+    def enter(self, prompt: str, query: str, n: int) -> Seat:
+        """The seat of one sample; call `leave(seat, answered=...)` when its call ends."""
+        now = self._clock()
+        key = self._key(prompt, n)
+        qhash = hashlib.sha256(query.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+        state = self._prompts.pop(key, None) or _Prompt()
+        self._prompts[key] = state  # most recently used last
+        while len(self._prompts) > self.max_prompts:
+            self._prompts.popitem(last=False)
+        copies = state.in_flight.get(qhash, 0)
+        member = qhash if copies == 0 else f"{qhash}.{copies}"
+        before = state.previous.get(member)
+        if member in state.members:  # a re-post while its round is open
+            seat_round = state.round
+        elif before is not None and now - before[1] <= self.retry_window_s:
+            seat_round = before[0]  # a re-post of an answered member: the store has its answer
+        else:
+            if state.answered or len(state.members) >= n:
+                self._close(state, n, now)
+            seat_round = state.round
+        if seat_round == state.round:
+            if not state.members:
+                state.opened_at = now
+            state.members[member] = now
+            if state.full_at is None and len(state.members) >= n:
+                state.full_at = now
+        state.in_flight[qhash] = copies + 1
+        return Seat(key, f"{self.prefix}:{key}:{seat_round}", member, qhash, seat_round)
+
+    def _close(self, state: _Prompt, n: int, now: float) -> None:
+        state.previous = {
+            m: v for m, v in state.previous.items() if now - v[1] <= self.retry_window_s
+        }
+        state.previous.update({m: (state.round, now) for m in state.members})
+        state.previous_full_at = state.full_at
+        state.round += 1
+        state.members = {}
+        state.answered = False
+        state.full_at = None
+
+    def leave(self, seat: Seat, *, answered: bool, members: int, n: int) -> ShortRound | None:
+        """The sample's call ended. `answered`: it got an answer computed over `members`
+        members (an error is not an answer). Returns the round's size mismatch the first time
+        one of its members is answered short; None otherwise."""
+        state = self._prompts.get(seat.key)
+        if state is None:
+            return None
+        left = state.in_flight.get(seat.query_hash, 0) - 1
+        if left > 0:
+            state.in_flight[seat.query_hash] = left
+        else:
+            state.in_flight.pop(seat.query_hash, None)
+        if not answered:
+            return None
+        if seat.round == state.round:
+            state.answered = True
+            state.previous.update({m: (state.round, self._clock()) for m in state.members})
+        if members >= n or state.reported >= seat.round:
+            return None
+        state.reported = seat.round
+        before = state.previous_full_at
+        after_full = (
+            seat.round == state.round
+            and before is not None
+            and state.opened_at - before <= self.burst_s
+        )
+        return ShortRound(seat.round, members, n, after_full)
