@@ -11,7 +11,7 @@ import torch
 from reweighter.errors import InvalidInput
 from reweighter.methods import (
     ADVANTAGE_KINDS,
-    METHODS,
+    CATALOG,
     DraParams,
     MmrParams,
     NoneParams,
@@ -320,34 +320,34 @@ def test_masked_padding_may_hold_anything() -> None:
 
 
 def test_registry_lists_the_methods_and_kinds() -> None:
-    assert set(METHODS) == {"dra", "mmr", "none"}
+    assert set(CATALOG) == {"dra", "mmr", "none"}
     assert ADVANTAGE_KINDS == ("grpo", "dr_grpo", "none")
-    assert [METHODS[n].needs_similarity for n in ("dra", "mmr", "none")] == [True, True, False]
-    for name, spec in METHODS.items():
+    assert [CATALOG[n].needs_similarity for n in ("dra", "mmr", "none")] == [True, True, False]
+    for name, spec in CATALOG.items():
         assert spec.name == name and get_method(name) is spec and spec.description
-    assert METHODS["dra"].params_model is DraParams
-    assert METHODS["mmr"].params_model is MmrParams
-    assert METHODS["none"].params_model is NoneParams
+    assert CATALOG["dra"].params_model is DraParams
+    assert CATALOG["mmr"].params_model is MmrParams
+    assert CATALOG["none"].params_model is NoneParams
 
 
 def test_registry_apply_matches_the_functions() -> None:
     r = t([1.0, 0.8, 0.6], [0.5, 0.5, 0.5])
     e = torch.stack([t([1.0, 0.0], [2.0, 0.0], [0.0, 1.0]), SPREAD])
     sim = cosine_similarity(e)
-    out, lam = METHODS["dra"].apply(r, sim, None, DraParams())
+    out, lam = CATALOG["dra"].apply(r, sim, None, DraParams())
     assert lam is None
     close(out, [[0.5, 0.4, 0.6], [0.5, 0.5, 0.5]], tol=1e-5)  # 1/2, 0.8/2, 0.6/1; no change
-    out, lam = METHODS["dra"].apply(r, sim, None, DraParams(similarity_floor=None))
+    out, lam = CATALOG["dra"].apply(r, sim, None, DraParams(similarity_floor=None))
     close(out[1], [0.5 / -0.2, 0.5 / 0.12, 0.5 / 0.12], tol=1e-4)
-    out, lam = METHODS["mmr"].apply(r, sim, None, MmrParams.model_validate({"lambda": 0.7}))
+    out, lam = CATALOG["mmr"].apply(r, sim, None, MmrParams.model_validate({"lambda": 0.7}))
     close(out[0], [1.0, 0.26, 0.42])
     close(lam, [0.7, 0.7])
     mask = torch.tensor([[True, False, True], [True, True, True]])
-    out, lam = METHODS["none"].apply(r, None, mask, NoneParams())
+    out, lam = CATALOG["none"].apply(r, None, mask, NoneParams())
     assert lam is None
     close(out, [[1.0, 0.0, 0.6], [0.5, 0.5, 0.5]])
     with pytest.raises(ValueError, match="needs the similarity"):
-        METHODS["mmr"].apply(r, None, None, MmrParams())
+        CATALOG["mmr"].apply(r, None, None, MmrParams())
 
 
 def test_param_models_defaults_alias_and_serialisation() -> None:

@@ -17,6 +17,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from reweighter.client import DEFAULT_TIMEOUT_S
+from reweighter.methods.catalog import CATALOG, method_names
+from reweighter.types import DEFAULT_METHOD, AdvantageKind, LongTextPolicy
+
 SECTIONS = ("model", "dataset", "rewards", "reweighter")
 
 
@@ -57,13 +61,15 @@ class ReweighterSection(BaseModel):
     """Inferred from url / grpc when omitted; "inprocess" loads the embedding model here."""
     url: str | None = None
     grpc: str | None = None
-    method: str = "dra"
+    method: str = DEFAULT_METHOD.value
+    """A name in the method catalogue (reweighter.methods.catalog), checked by `parse`."""
     params: dict[str, Any] = Field(default_factory=dict)
-    advantages: Literal["none", "grpo", "dr_grpo"] = "none"
-    long_text: Literal["head", "tail", "chunk_mean"] | None = None
+    advantages: AdvantageKind = AdvantageKind.NONE
+    long_text: LongTextPolicy | None = None
     """In-process only: a service's long-text policy is the service's own setting."""
     api_key: str | None = None
-    timeout_s: float = Field(60.0, gt=0)
+    timeout_s: float = Field(DEFAULT_TIMEOUT_S, gt=0)
+    """Per call (the client's default); the in-process backend has none."""
     trace_dir: str | None = None
     """Write every batch's slices and backend requests/results as JSONL here (audits, tests)."""
 
@@ -154,14 +160,12 @@ def parse(raw: dict[str, Any]) -> TrainConfig:
 
 def _check_method(rw: ReweighterSection) -> None:
     """Unknown method or bad params: named now, not after the model has loaded."""
-    from reweighter.methods import METHODS
-
-    if rw.method not in METHODS:
+    if rw.method not in CATALOG:
         raise ConfigError(
-            f"reweighter.method: unknown method {rw.method!r}; choose one of {sorted(METHODS)}"
+            f"reweighter.method: unknown method {rw.method!r}; choose one of {method_names()}"
         )
     try:
-        METHODS[rw.method].params_model.model_validate(rw.params)
+        CATALOG[rw.method].params_model.model_validate(rw.params)
     except ValidationError as e:
         first = e.errors()[0]
         where = ".".join(str(p) for p in first["loc"])

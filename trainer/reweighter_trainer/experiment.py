@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from reweighter.types import Method
+
 from .config import ConfigError, load_raw, parse
 from .metrics import (
     DISTINCT_THRESHOLD,
@@ -29,7 +31,8 @@ from .metrics import (
     steps_to_target,
 )
 
-METHODS = {"grpo": "none", "dra": "dra", "mmr": "mmr"}
+ARMS = {"grpo": Method.NONE, "dra": Method.DRA, "mmr": Method.MMR}
+"""An experiment arm -> the reweighting method it trains with (GRPO: rewards unchanged)."""
 
 
 def log(msg: str) -> None:
@@ -99,7 +102,7 @@ def run_one(raw: dict, method: str, seed: int, steps: int, out: Path, eval_rows:
             opts: argparse.Namespace, embed) -> dict[str, Any]:
     """Train one (method, seed), evaluate it, return its results.json entry."""
     raw = json.loads(json.dumps(raw))
-    raw["reweighter"]["method"] = METHODS[method]
+    raw["reweighter"]["method"] = ARMS[method].value
     raw["reweighter"]["url"] = opts.url
     raw.update(seed=seed, data_seed=seed, max_steps=steps, output_dir=str(out / f"{method}-{seed}"))
     if method == "grpo":
@@ -159,9 +162,9 @@ def main(argv: list[str] | None = None) -> int:
     if opts.samples < opts.k:
         p.error(f"--samples ({opts.samples}) must be >= --k ({opts.k})")
     methods = [m.strip() for m in opts.methods.split(",") if m.strip()]
-    bad = [m for m in methods if m not in METHODS]
+    bad = [m for m in methods if m not in ARMS]
     if bad:
-        p.error(f"--methods: unknown {bad[0]!r}; choose from {sorted(METHODS)}")
+        p.error(f"--methods: unknown {bad[0]!r}; choose from {sorted(ARMS)}")
     seeds = [int(s) for s in opts.seeds.split(",") if s.strip()]
     out = Path(opts.out)
     (out / "runs").mkdir(parents=True, exist_ok=True)

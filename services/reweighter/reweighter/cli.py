@@ -3,33 +3,43 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from . import __version__
 from .config import add_settings_flags, settings_from_args
-from .types import AdvantageKind, Method
+from .methods.catalog import method_names, parameters
+from .types import DEFAULT_METHOD, AdvantageKind
 
 # The Settings fields the offline and demo commands take (serve takes them all).
 _MODEL_FIELDS = ("model", "device", "long_text", "max_seq_length", "compile", "redis_url")
 
 
 def _add_method_flags(p: argparse.ArgumentParser) -> None:
+    """--method, one flag per parameter of the catalogue's methods, and --advantages."""
     p.add_argument(
         "--method",
-        default=Method.DRA.value,
-        choices=[m.value for m in Method],
+        default=DEFAULT_METHOD.value,
+        choices=method_names(),
         help="reweighting method (default %(default)s)",
     )
-    p.add_argument(
-        "--similarity-floor",
-        default="0.0",
-        help="DRA: floor for off-diagonal similarities; 'none' = the authors' code "
-        "(default %(default)s)",
-    )
-    p.add_argument(
-        "--lambda", dest="lam", default="adaptive", help="MMR: a number in [0, 1] or 'adaptive'"
-    )
+    owners: dict[str, list[str]] = {}
+    fields: dict[str, Any] = {}
+    for method, wire, f in parameters():
+        owners.setdefault(wire, []).append(method)
+        fields.setdefault(wire, f)
+    for wire, methods in owners.items():
+        f = fields[wire]
+        default = "null" if f.default is None else f.default
+        p.add_argument(
+            f"--{wire.replace('_', '-')}",
+            dest=f"param:{wire}",
+            metavar="VALUE",
+            help=f"{', '.join(methods)}: {f.description or wire} (default {default})",
+        )
+    p.set_defaults(param_owners=owners)
     p.add_argument(
         "--advantages",
         default=AdvantageKind.NONE.value,
@@ -38,15 +48,30 @@ def _add_method_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
-def method_params(args: argparse.Namespace) -> dict:
-    """Only the chosen method's parameters: the engine rejects another method's."""
-    if args.method == Method.DRA:
-        floor = args.similarity_floor
-        return {"similarity_floor": None if str(floor).lower() == "none" else float(floor)}
-    if args.method == Method.MMR:
-        lam = args.lam
-        return {"lambda": lam if lam == "adaptive" else float(lam)}
-    return {}
+def _flag_value(text: str) -> Any:
+    """A flag's text as the JSON value it spells (0.5, null, true), else the string itself;
+    "none" means null. The method's parameter model judges it."""
+    if text.lower() == "none":
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def method_params(args: argparse.Namespace) -> dict[str, Any]:
+    """The parameters given on the command line, all of the chosen method's: a flag of another
+    method is an error (it would otherwise be silently ignored)."""
+    out: dict[str, Any] = {}
+    for wire, methods in args.param_owners.items():
+        text = getattr(args, f"param:{wire}", None)
+        if text is None:
+            continue
+        if args.method not in methods:
+            flag = f"--{wire.replace('_', '-')}"
+            raise ValueError(f"{flag} is a parameter of {', '.join(methods)}, not {args.method}")
+        out[wire] = _flag_value(text)
+    return out
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -87,12 +112,17 @@ def build_parser() -> argparse.ArgumentParser:
 def _run_reweight(args: argparse.Namespace) -> int:
     from .offline import reweight_file
 
+    try:
+        params = method_params(args)
+    except ValueError as e:
+        print(f"reweighter reweight: error: {e}", file=sys.stderr)
+        return 2
     return reweight_file(
         args.input,
         args.output,
         settings=settings_from_args(args),
         method=args.method,
-        params=method_params(args),
+        params=params,
         advantages=args.advantages,
         batch_groups=args.batch_groups,
     )

@@ -19,11 +19,16 @@ from .errors import InvalidInput
 
 
 class Method(StrEnum):
-    """Reweighting methods (see reweighter.methods.registry for each one's formula)."""
+    """The built-in reweighting methods, as typed constants. The set of methods the service
+    accepts is the catalogue (reweighter.methods.catalog), which lists these and any added one:
+    code judges a name against the catalogue, never against this enum."""
 
     DRA = "dra"
     MMR = "mmr"
     NONE = "none"
+
+
+DEFAULT_METHOD = Method.DRA
 
 
 class AdvantageKind(StrEnum):
@@ -67,8 +72,9 @@ class Group:
 @dataclass(frozen=True)
 class ReweightRequest:
     groups: Sequence[Group]
-    method: Method | str = Method.DRA
-    """A Method or its name; the engine rejects unknown names (field "method")."""
+    method: Method | str = DEFAULT_METHOD
+    """A method name (a Method for the built-ins); the engine rejects names not in the method
+    catalogue (field "method")."""
     params: Mapping[str, Any] = field(default_factory=dict)
     advantages: AdvantageKind | str = AdvantageKind.NONE
 

@@ -8,7 +8,7 @@ process (tests, notebooks) without sharing counters. The embedder's plain counte
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -17,29 +17,23 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ..errors import ReweighterError
+from ..methods.catalog import CATALOG
 from ..timings import collecting
-from ..types import Method
 from .protocol import EngineProtocol
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 _SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384)
 
-# Label values come from these fixed sets, never from the client: a stream of made-up method
-# names or paths must not grow a series each (unknown -> "other").
-ENDPOINTS = frozenset(
-    {"reweight", "embed", "info", "members", "submit_member", "submitmembers", "root"}
-)
-METHODS = frozenset({"", *(m.value for m in Method)})
+# Label values come from fixed sets, never from the client: a stream of made-up method names
+# or paths must not grow a series each (unknown -> "other"). The sets are what the service
+# serves: the method catalogue, the app's routes and the gRPC service's RPCs, so a new method,
+# route or RPC gets its own label without being listed here.
 OTHER = "other"
-
-
-def endpoint_label(name: str) -> str:
-    return name if name in ENDPOINTS else OTHER
 
 
 def method_label(name: object) -> str:
     value = getattr(name, "value", name)
-    return value if isinstance(value, str) and value in METHODS else OTHER
+    return value if isinstance(value, str) and (value == "" or value in CATALOG) else OTHER
 
 
 _STAT_COUNTERS = {
@@ -131,6 +125,9 @@ class _ConnectionCollector(Collector):
 class Metrics:
     def __init__(self, engine: EngineProtocol) -> None:
         self.engine = engine
+        self._endpoints: set[str] = set()
+        self._routes: Callable[[], Iterable[str]] = tuple
+        self._route_count = -1
         self.registry = CollectorRegistry()
         labels = ["transport", "endpoint", "method"]
         self.requests = Counter(
@@ -182,6 +179,25 @@ class Metrics:
         )
         self.registry.register(_EngineCollector(engine))
 
+    def allow_endpoints(self, names: Iterable[str]) -> None:
+        """Endpoint label values this instance reports as themselves (others: "other")."""
+        self._endpoints.update(names)
+
+    def watch_routes(self, routes: Callable[[], Iterable[str]]) -> None:
+        """Endpoint labels from `routes()` (an app's route labels), re-read when they change:
+        a route added to the app after it was built is counted under its own name too."""
+        self._routes = routes
+        self._route_count = -1
+
+    def endpoint_label(self, name: str) -> str:
+        if name in self._endpoints:
+            return name
+        routes = list(self._routes())
+        if len(routes) != self._route_count:
+            self._route_count = len(routes)
+            self._endpoints.update(routes)
+        return name if name in self._endpoints else OTHER
+
     def watch_connections(self, guard: Any) -> None:
         """Export the HTTP connection guard's gauges and counters (reweighter_http_*)."""
         self.registry.register(_ConnectionCollector(guard))
@@ -193,8 +209,11 @@ class Metrics:
     @contextmanager
     def track(self, transport: str, endpoint: str, method: str = "") -> Iterator[None]:
         """Count and time one request; the outcome label is the error class, or ok. The
-        engine and batcher fill in the request's queue and encode times (reweighter.timings)."""
-        endpoint, method = endpoint_label(endpoint), method_label(method)
+        engine and batcher fill in the request's queue and encode times (reweighter.timings).
+        `endpoint` is named by the handler (a constant, never client input); `method` is the
+        client's and is labelled only if the catalogue has it."""
+        self._endpoints.add(endpoint)  # chosen by the code that serves it, never the client
+        method = method_label(method)
         start = time.perf_counter()
         gauge = self.in_flight.labels(transport)
         gauge.inc()
@@ -220,7 +239,7 @@ class Metrics:
 
     def count_rejected(self, transport: str, endpoint: str, status: str) -> None:
         """Requests refused before reaching a handler (schema errors, oversized bodies, auth)."""
-        self.requests.labels(transport, endpoint_label(endpoint), "", status).inc()
+        self.requests.labels(transport, self.endpoint_label(endpoint), "", status).inc()
 
     def render(self) -> bytes:
         self._drain_batch_sizes()

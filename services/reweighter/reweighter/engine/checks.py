@@ -18,14 +18,15 @@ from pydantic import BaseModel, ValidationError
 from ..errors import InvalidInput, LimitExceeded
 from ..limits import Limits
 from ..methods import get_method
-from ..types import AdvantageKind, Method, ReweightRequest, parse_name
+from ..types import AdvantageKind, ReweightRequest, parse_name
 
 
 @dataclass(frozen=True)
 class Checked:
     """A validated request: parsed params and, per group, either texts or an embedding array."""
 
-    method: Method
+    method: str
+    """A name in the method catalogue (methods/catalog.py)."""
     params: BaseModel
     advantages: AdvantageKind
     texts: list[list[str] | None]

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from ..errors import InvalidInput
-from ..methods import METHODS, batched_advantages, batched_cosine, batched_mean_similarity
+from ..methods import batched_advantages, batched_cosine, batched_mean_similarity, get_method
 from ..methods._checks import Batch
 from ..types import AdvantageKind, GroupResult, GroupStats, ReweightResult
 from .checks import Checked
@@ -20,7 +20,7 @@ from .checks import Checked
 def reweight_checked(
     checked: Checked, vectors: list[np.ndarray], device: torch.device, model: str | None
 ) -> ReweightResult:
-    spec = METHODS[checked.method]
+    spec = get_method(checked.method)
     b = len(vectors)
     g_max = max(len(r) for r in checked.rewards)
     with torch.inference_mode():
@@ -57,7 +57,7 @@ def reweight_checked(
                 ),
             )
         )
-    return ReweightResult(method=checked.method.value, model=model, groups=out)
+    return ReweightResult(method=str(checked.method), model=model, groups=out)
 
 
 def _all_finite(new: torch.Tensor, adv: torch.Tensor | None, mask: torch.Tensor) -> None:

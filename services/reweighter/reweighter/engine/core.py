@@ -21,7 +21,7 @@ from ..config import Settings
 from ..embedding.base import Embedder
 from ..errors import NotReady
 from ..limits import Limits
-from ..methods import METHODS
+from ..methods import CATALOG
 from ..timings import current as current_timings
 from ..types import (
     AdvantageKind,
@@ -153,7 +153,7 @@ class ReweightEngine:
                     "description": spec.description,
                     "params": spec.params_model.model_json_schema(by_alias=True),
                 }
-                for name, spec in METHODS.items()
+                for name, spec in CATALOG.items()
             },
             "advantages": [k.value for k in AdvantageKind],
             "limits": self.limits.as_dict(),

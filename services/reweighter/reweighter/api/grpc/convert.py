@@ -16,19 +16,18 @@ from google.protobuf import json_format
 from ...assembly.types import MemberResult, MemberSubmission
 from ...errors import ConnectionFailed, InvalidInput, ReweighterError, error_from
 from ...types import (
+    DEFAULT_METHOD,
     AdvantageKind,
     EmbedResult,
     EngineInfo,
     Group,
     GroupResult,
     GroupStats,
-    Method,
     ReweightRequest,
     ReweightResult,
 )
 from .._proto.reweighter.v1 import reweighter_pb2 as pb
 
-DEFAULT_METHOD = Method.DRA
 DEFAULT_ADVANTAGES = AdvantageKind.NONE
 ERROR_TYPE_KEY = "reweighter-error-type"
 ERROR_FIELD_KEY = "reweighter-error-field"

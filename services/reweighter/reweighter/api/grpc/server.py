@@ -24,7 +24,8 @@ from .servicer import ReweighterServicer, abort
 
 log = logging.getLogger(__name__)
 
-SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Reweighter"].full_name
+_SERVICE = pb.DESCRIPTOR.services_by_name["Reweighter"]
+SERVICE_NAME = _SERVICE.full_name
 _PROTECTED_PREFIX = f"/{SERVICE_NAME}/"
 
 
@@ -90,6 +91,8 @@ class GrpcServer:
         self.engine = engine
         self.health = health.aio.HealthServicer()
         servicer = ReweighterServicer(engine, metrics, assembler)
+        # the labels of calls refused before the servicer (the key check): the RPCs' names
+        metrics.allow_endpoints(m.name.lower() for m in _SERVICE.methods)
         pb_grpc.add_ReweighterServicer_to_server(servicer, self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(

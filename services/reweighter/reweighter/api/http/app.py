@@ -23,17 +23,10 @@ from ...limits import max_body_bytes
 from ..metrics import Metrics
 from ..protocol import EngineProtocol
 from .middleware import BodyLimit, endpoint_name
-from .openrlhf import OpenRLHFRewardIn, build_openrlhf_router, is_token_path
+from .openrlhf import build_openrlhf_router, is_token_path
 from .router import build_router
-from .schemas import EmbedIn, ErrorOut, GroupIn, MemberIn, ReweightIn
-
-_SCHEMA_FIELDS = (
-    set(ReweightIn.model_fields)
-    | set(GroupIn.model_fields)
-    | set(EmbedIn.model_fields)
-    | set(MemberIn.model_fields)
-    | set(OpenRLHFRewardIn.model_fields)
-)
+from .routes import RequestFields, route_labels
+from .schemas import ErrorOut
 
 
 def create_app(
@@ -55,6 +48,10 @@ def create_app(
     app.state.engine = engine
     app.state.metrics = metrics
     app.state.assembler = assembler
+    # Derived from the routes, whenever they are added: field names for schema errors, labels
+    # for metrics (a new route needs neither listed).
+    request_fields = RequestFields(app)
+    metrics.watch_routes(lambda: route_labels(app))
 
     @app.exception_handler(ReweighterError)
     async def _reweighter_error(request: Request, exc: ReweighterError) -> JSONResponse:
@@ -67,7 +64,7 @@ def create_app(
     @app.exception_handler(RequestValidationError)
     async def _schema_error(request: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0]
-        field = validation_field(first, _SCHEMA_FIELDS)
+        field = validation_field(first, request_fields())
         if first.get("type") == "json_invalid":
             message = f"invalid JSON: {first.get('ctx', {}).get('error', first.get('msg'))}"
             field = None

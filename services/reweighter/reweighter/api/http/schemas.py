@@ -17,6 +17,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    GetJsonSchemaHandler,
     StrictFloat,
     StrictInt,
     StrictStr,
@@ -25,13 +26,14 @@ from pydantic import (
 
 from ...assembly.types import MemberResult, MemberSubmission
 from ...errors import InvalidInput, ReweighterError, error_from
+from ...methods.catalog import CATALOG, method_names
 from ...types import (
+    DEFAULT_METHOD,
     AdvantageKind,
     EmbedResult,
     Group,
     GroupResult,
     GroupStats,
-    Method,
     ReweightRequest,
     ReweightResult,
 )
@@ -40,13 +42,22 @@ Number = StrictFloat | StrictInt
 """A JSON number; strict so that "1" or true is rejected instead of silently converted."""
 
 
-def _names(enum: type[Method] | type[AdvantageKind], doc: str) -> Any:
+def _names(enum: type[AdvantageKind], doc: str) -> Any:
     """A string the engine judges, documented as the enum it must be."""
     schema = {"type": "string", "enum": [m.value for m in enum], "description": doc}
     return Annotated[StrictStr, WithJsonSchema(schema)]
 
 
-MethodName = _names(Method, "reweighting method (see GET /v1/info)")
+class _MethodSchema:
+    """The method names as an enum, read from the catalogue when the schema is generated (so a
+    method added to the catalogue is documented without touching this file)."""
+
+    def __get_pydantic_json_schema__(self, core: Any, handler: GetJsonSchemaHandler) -> Any:
+        doc = "reweighting method (see GET /v1/info)"
+        return {"type": "string", "enum": method_names(), "description": doc}
+
+
+MethodName = Annotated[StrictStr, _MethodSchema()]
 AdvantageName = _names(AdvantageKind, "advantage estimator computed after reweighting")
 
 # NaN and infinity pass through to the engine, which rejects them with the same message on
@@ -58,11 +69,9 @@ _NON_EMPTY: dict[str, Any] = {"minItems": 1}
 
 def _params_schema(schema: dict[str, Any]) -> None:
     """`params` as one of the methods' parameter schemas (the models the engine validates)."""
-    from ...methods.params import DraParams, MmrParams, NoneParams
-
     schema["anyOf"] = [
-        {"title": title, **m.model_json_schema(by_alias=True)}
-        for title, m in (("dra", DraParams), ("mmr", MmrParams), ("none", NoneParams))
+        {"title": str(name), **spec.params_model.model_json_schema(by_alias=True)}
+        for name, spec in CATALOG.items()
     ]
 
 
@@ -90,13 +99,10 @@ class GroupIn(BaseModel):
 class ReweightIn(BaseModel):
     model_config = _WIRE
 
-    method: MethodName = Method.DRA.value
+    method: MethodName = DEFAULT_METHOD.value
     params: dict[str, Any] = Field(
         default_factory=dict,
-        description=(
-            "the chosen method's parameters only: dra {similarity_floor: number | null}, "
-            'mmr {lambda: number in [0, 1] | "adaptive"}'
-        ),
+        description="the chosen method's parameters only (their schemas: GET /v1/info)",
         json_schema_extra=_params_schema,
     )
     advantages: AdvantageName = AdvantageKind.NONE.value
@@ -244,7 +250,7 @@ class MemberIn(BaseModel):
     reward: Number = Field(..., description="the member's base reward")
     completion: StrictStr | None = Field(None, description="the completion; or give `embedding`")
     embedding: list[Number] | None = Field(None, description="a precomputed vector")
-    method: MethodName = Method.DRA.value
+    method: MethodName = DEFAULT_METHOD.value
     params: dict[str, Any] = Field(
         default_factory=dict, description="as /v1/reweight; the same for every member"
     )
@@ -261,7 +267,7 @@ class MemberIn(BaseModel):
             reward=self.reward,
             completion=self.completion,
             embedding=self.embedding,
-            method=self.method,  # type: ignore[arg-type]  # the engine names bad ones
+            method=self.method,
             params=self.params,
             advantages=self.advantages,  # type: ignore[arg-type]
             timeout_s=self.timeout_s,

@@ -1,0 +1,84 @@
+"""What an app's routes declare, read from the routes themselves: their metrics labels and the
+field names of their request models.
+
+The error handler names the field at fault with these names, and the metrics count each route
+under its own label, so a route added to the app (by `create_app`, or later with
+`app.include_router`) gets field-named errors and its own metrics without being listed anywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any, get_args
+
+from fastapi import FastAPI
+from fastapi.routing import APIRoute, iter_route_contexts
+from pydantic import BaseModel
+
+from .middleware import endpoint_name
+
+
+def api_routes(app: FastAPI) -> list[tuple[str, APIRoute]]:
+    """(full path, route) of every API route of `app`, included routers' routes with their
+    prefixes (the docs pages are not API routes)."""
+    out = []
+    for ctx in iter_route_contexts(app.routes):
+        if isinstance(ctx.original_route, APIRoute):
+            out.append((ctx.path or ctx.original_route.path, ctx.original_route))
+    return out
+
+
+def route_labels(app: FastAPI) -> list[str]:
+    """The endpoint label of each API route of `app`."""
+    return [endpoint_name(path) for path, _ in api_routes(app)]
+
+
+def _models(annotation: Any) -> Iterator[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        yield annotation
+    for arg in get_args(annotation):
+        yield from _models(arg)
+
+
+def _model_fields(model: type[BaseModel], seen: set[type[BaseModel]]) -> Iterator[str]:
+    if model in seen:
+        return
+    seen.add(model)
+    for name, f in model.model_fields.items():
+        yield name
+        if f.alias:
+            yield f.alias
+        for inner in _models(f.annotation):
+            yield from _model_fields(inner, seen)
+
+
+class RequestFields:
+    """The field names of every route's request: body models (nested ones included), path and
+    query parameters. Recomputed only when the app's routes change."""
+
+    def __init__(self, app: FastAPI) -> None:
+        self.app = app
+        self._count = -1
+        self._names: set[str] = set()
+
+    def __call__(self) -> set[str]:
+        routes = api_routes(self.app)
+        if len(routes) != self._count:
+            self._count = len(routes)
+            self._names = self._collect(route for _, route in routes)
+        return self._names
+
+    @staticmethod
+    def _collect(routes: Iterable[APIRoute]) -> set[str]:
+        names: set[str] = set()
+        seen: set[type[BaseModel]] = set()
+        for route in routes:
+            d = route.dependant
+            body = d.body_params
+            for p in body:
+                if len(body) > 1:  # FastAPI then nests each body under its parameter name
+                    names.add(p.alias)
+                for model in _models(p.field_info.annotation):
+                    names.update(_model_fields(model, seen))
+            names.update(p.alias for p in (*d.path_params, *d.query_params))
+        return names

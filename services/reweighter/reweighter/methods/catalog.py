@@ -1,0 +1,107 @@
+"""The method catalogue: every reweighting method, listed once, importable without torch.
+
+Each entry names a method, says what it does, and points at its parameter model (pydantic) and
+its batched kernel (torch) as "module:attribute" paths that are imported on first use. The
+wire models (HTTP schema, gRPC), the CLI flags, `/v1/info`, the metrics labels and the docs
+table all read this list, so a light client that never reweights never imports torch, and a
+new method is one entry here (see the recipe in the `reweighter` package docstring).
+
+A kernel is `apply(rewards [B, G], sim [B, G, G] | None, mask [B, G] | None, params)` and returns
+(new rewards [B, G], λ per group [B] or None). Its input is trusted: the engine checked it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import cache
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+from ..errors import InvalidInput
+from ..types import Method
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+Apply = Callable[[Any, Any, Any, Any], tuple[Any, Any]]
+
+
+@cache
+def _load(path: str) -> Any:
+    module, _, attr = path.partition(":")
+    try:
+        return getattr(import_module(module), attr)
+    except (ImportError, AttributeError) as e:
+        raise ImportError(f"method catalogue: cannot load {path!r}: {e}") from e
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """One method: `params` and `kernel` are "module:attribute" paths, loaded on first use."""
+
+    name: str
+    description: str
+    params: str
+    kernel: str
+    needs_similarity: bool = True
+
+    @property
+    def params_model(self) -> type[BaseModel]:
+        return _load(self.params)
+
+    @property
+    def apply(self) -> Apply:
+        return _load(self.kernel)
+
+
+_PARAMS = "reweighter.methods.params"
+_KERNELS = "reweighter.methods.kernels"
+
+CATALOG: dict[str, MethodSpec] = {
+    spec.name: spec
+    for spec in (
+        MethodSpec(
+            Method.DRA,
+            "DRA-GRPO (arXiv 2505.09655): r_i / (sum_j s_ij + eps); a completion shares its "
+            "reward with the siblings it resembles.",
+            params=f"{_PARAMS}:DraParams",
+            kernel=f"{_KERNELS}:apply_dra",
+        ),
+        MethodSpec(
+            Method.MMR,
+            "MMR-GRPO (arXiv 2601.09085): greedy maximal-marginal-relevance order; each pick's "
+            "reward is lambda*r_i - (1-lambda)*max similarity to earlier picks.",
+            params=f"{_PARAMS}:MmrParams",
+            kernel=f"{_KERNELS}:apply_mmr",
+        ),
+        MethodSpec(
+            Method.NONE,
+            "Rewards unchanged (GRPO).",
+            params=f"{_PARAMS}:NoneParams",
+            kernel=f"{_KERNELS}:apply_none",
+            needs_similarity=False,
+        ),
+    )
+}
+"""Method name -> spec: the one list of the methods the service accepts."""
+
+
+def method_names() -> list[str]:
+    return [str(name) for name in CATALOG]
+
+
+def get_method(name: object) -> MethodSpec:
+    """The spec of a method name; InvalidInput (field "method") naming the known ones."""
+    spec = CATALOG.get(name) if isinstance(name, str) else None
+    if spec is None:
+        known = ", ".join(method_names())
+        raise InvalidInput(f"unknown method {name!r}; known: {known}", field="method")
+    return spec
+
+
+def parameters() -> Iterator[tuple[str, str, Any]]:
+    """(method, wire name, pydantic field) for every parameter of every method."""
+    for name, spec in CATALOG.items():
+        for field_name, f in spec.params_model.model_fields.items():
+            yield str(name), f.alias or field_name, f
