@@ -74,10 +74,11 @@ def test_mmr_reports_lambda(bare: ReweightEngine) -> None:
     )
     g = res.groups[0]
     assert g.stats.lambda_ == pytest.approx(0.5)
-    # first pick: index 0 (highest reward, first on ties) keeps 1.0.
-    # step 2: item1 0.5*0 - 0.5*1 = -0.5; item2 0.5*1 - 0.5*max(0, 0) = 0.5 -> item2 = 0.5
-    # step 3: item1 -0.5 (max sim to {0,2} is 1)
-    assert g.rewards == pytest.approx([1.0, -0.5, 0.5], abs=1e-6)
+    # first pick: items 0 and 2 tie at 1; item 2 is the less like its group (off-diagonal row
+    # sum 0 against 1) and keeps 1.0 (ties go by content, never by position).
+    # step 2: item0 0.5*1 - 0.5*max(0, 0) = 0.5; item1 0.5*0 - 0.5*0 = 0 -> item0 = 0.5
+    # step 3: item1 -0.5 (max sim to {2,0} is 1)
+    assert g.rewards == pytest.approx([0.5, -0.5, 1.0], abs=1e-6)
 
 
 def test_ragged_batch_equals_groups_one_at_a_time(bare: ReweightEngine) -> None:

@@ -153,7 +153,8 @@ def test_mmr_adaptive_lambda() -> None:
     # λ = sigmoid(0.5) = 1 / (1 + e^-0.5) = 0.6224593, 1 - λ = 0.3775407.
     # Embeddings e1 = (1, 0), e2 = (0, 1), e3 = (1, 0), e4 = (0.6, 0.8):
     # s12 = 0, s13 = 1, s14 = 0.6, s23 = 0, s24 = 0.8, s34 = 0.6.
-    # Step 0: items 1 and 3 tie at 1; the first index wins: item 1 keeps 1.
+    # Step 0: items 1 and 3 tie at 1, and they are copies (e1 = e3: same similarities to the
+    # rest, off-diagonal row sums 1.6): one of them keeps 1.
     # Step 1: item 2: λ*0 - (1-λ)*0 = 0; item 3: λ*1 - (1-λ)*1 = 2λ - 1 = 0.2449186;
     #         item 4: λ*0 - (1-λ)*0.6 = -0.2265244 -> item 3 selected, reward 0.2449186
     # Step 2: redundancy item 2: max(0, 0) = 0, item 4: max(0.6, s43 = 0.6) = 0.6:
@@ -163,19 +164,25 @@ def test_mmr_adaptive_lambda() -> None:
     e = t([1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.6, 0.8])
     out, lam_used = mmr(t(1.0, 0.0, 1.0, 0.0), e)
     assert math.isclose(lam_used.item(), lam, rel_tol=1e-6)
-    close(out, [1.0, 0.0, 2 * lam - 1, -(1 - lam) * 0.8])
+    # Nothing tells the copies apart, so they share: each gets (1 + (2λ - 1)) / 2 = λ.
+    close(out, [lam, 0.0, lam, -(1 - lam) * 0.8])
 
 
-def test_mmr_ties_go_to_the_first_index_and_negative_similarity_counts_as_zero() -> None:
-    # Equal rewards, λ = 0.5. Item 1 first (tie, first index), keeps 0.5.
-    # Item 2 (s21 = -0.6) and item 3 (s31 = -0.6): both 0.25 - 0.5*max(0, -0.6) = 0.25 -> item 2.
-    # Item 3: redundancy max(0, -0.6, s32 = -0.28) = 0 -> 0.25.
-    out, lam = mmr(t(0.5, 0.5, 0.5), SPREAD, lam=0.5)
+def test_mmr_ties_go_by_content_and_negative_similarity_counts_as_zero() -> None:
+    # Equal rewards, diversified, λ = 0.5. Off-diagonal row sums: item 1 -1.2, items 2 and 3
+    # -0.88: item 1 is the least like its group and goes first, keeping 0.5.
+    # Item 2 (s21 = -0.6) and item 3 (s31 = -0.6): both 0.25 - 0.5*max(0, -0.6) = 0.25.
+    # Item 3 (or 2): redundancy max(0, -0.6, s32 = -0.28) = 0 -> 0.25.
+    out, lam = mmr(t(0.5, 0.5, 0.5), SPREAD, lam=0.5, equal_rewards="diversify")
     close(out, [0.5, 0.25, 0.25])
     # Adaptive on equal rewards: std 0, λ = sigmoid(0) = 0.5: the same answer.
-    out2, lam2 = mmr(t(0.5, 0.5, 0.5), SPREAD)
+    out2, lam2 = mmr(t(0.5, 0.5, 0.5), SPREAD, equal_rewards="diversify")
     close(out2, [0.5, 0.25, 0.25])
     assert lam2.item() == 0.5
+    # By default a group whose rewards all agree is left as it is (λ = 1).
+    out3, lam3 = mmr(t(0.5, 0.5, 0.5), SPREAD)
+    close(out3, [0.5, 0.5, 0.5])
+    assert lam3.item() == 1.0
 
 
 def test_mmr_batched_ragged_and_group_of_one() -> None:
@@ -186,7 +193,7 @@ def test_mmr_batched_ragged_and_group_of_one() -> None:
     mask = torch.tensor([[True, True, True], [True, False, False]])
     out, lam = mmr(r, e, mask=mask, lam=0.7)
     close(out, [[1.0, 0.26, 0.42], [5.0, 0.0, 0.0]])
-    close(lam, [0.7, 0.7])
+    close(lam, [0.7, 1.0])  # a group of one has nothing to trade: left as it is, λ = 1
 
 
 def test_mmr_lambda_one_is_plain_rewards_and_zero_is_pure_novelty() -> None:
@@ -313,7 +320,7 @@ def test_masked_padding_may_hold_anything() -> None:
     close(dra(r, e, mask=mask), [1 / (1 + EPS), 0.0, 0.0])
     out, lam = mmr(r, e, mask=mask)
     close(out, [1.0, 0.0, 0.0])
-    assert lam.item() == 0.5
+    assert lam.item() == 1.0  # one valid item: its rewards all agree, left as it is
 
 
 # --- registry and parameter models ------------------------------------------------------------
@@ -341,7 +348,7 @@ def test_registry_apply_matches_the_functions() -> None:
     close(out[1], [0.5 / -0.2, 0.5 / 0.12, 0.5 / 0.12], tol=1e-4)
     out, lam = CATALOG["mmr"].apply(r, sim, None, MmrParams.model_validate({"lambda": 0.7}))
     close(out[0], [1.0, 0.26, 0.42])
-    close(lam, [0.7, 0.7])
+    close(lam, [0.7, 1.0])  # a group of one has nothing to trade: left as it is, λ = 1
     mask = torch.tensor([[True, False, True], [True, True, True]])
     out, lam = CATALOG["none"].apply(r, None, mask, NoneParams())
     assert lam is None
@@ -357,10 +364,10 @@ def test_param_models_defaults_alias_and_serialisation() -> None:
     assert MmrParams.model_validate({"lambda": 0.3}).lam == 0.3
     assert MmrParams.model_validate({"lam": 1}).lam == 1.0  # populate by name
     assert MmrParams.model_validate_json('{"lambda": "adaptive"}').lam == "adaptive"
-    assert MmrParams(lam=0.25).model_dump() == {"lambda": 0.25}
-    assert MmrParams(lam=0.25).model_dump_json() == '{"lambda":0.25}'
+    assert MmrParams(lam=0.25).model_dump() == {"lambda": 0.25, "equal_rewards": "keep"}
+    assert MmrParams(lam=0.25).model_dump_json() == '{"lambda":0.25,"equal_rewards":"keep"}'
     schema = MmrParams.model_json_schema()
-    assert set(schema["properties"]) == {"lambda"}
+    assert set(schema["properties"]) == {"lambda", "equal_rewards"}
     assert NoneParams.model_validate({}).model_dump() == {}
 
 

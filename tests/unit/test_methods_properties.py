@@ -91,22 +91,45 @@ def ref_dra(r: list[float], s: list[list[float]], floor: float | None, eps: floa
     return out
 
 
-def ref_mmr(r: list[float], s: list[list[float]], lam: float) -> list[float]:
-    g = len(r)
-    first = max(range(g), key=lambda i: (r[i], -i))  # highest reward, first index on ties
-    out, chosen = [0.0] * g, [first]
-    out[first] = r[first]
-    while len(chosen) < g:
-        best, best_i = -math.inf, -1
-        for i in range(g):
-            if i in chosen:
-                continue
-            score = lam * r[i] - (1 - lam) * max(0.0, max(s[i][j] for j in chosen))
-            if score > best:
-                best, best_i = score, i
-        out[best_i] = best
-        chosen.append(best_i)
-    return out
+def ref_mmr(
+    r: list[float], s: list[list[float]], lam: float, equal_rewards: str = "keep"
+) -> list[float]:
+    """The documented greedy: content tie-breaks (least similar to the group first, to 1e-5),
+    copies share their values, a group of equal rewards kept as it is by default."""
+    g, tie = len(r), 1e-5
+    if equal_rewards == "keep" and max(r) == min(r):
+        return list(r)
+    off = [[0.0 if i == j else s[i][j] for j in range(g)] for i in range(g)]
+    keys = ([sum(row) for row in off], [sum(x * x for x in row) for row in off])
+    tol = tie + 16 * 2.0**-52 * max(abs(x) for x in r)
+
+    def pick(score: list[float], free: list[int]) -> int:
+        best = max(score[i] for i in free)
+        cand = [i for i in free if score[i] >= best - tol]
+        for key in keys:
+            low = min(key[i] for i in cand)
+            cand = [i for i in cand if key[i] <= low + tie * (1 + abs(low))]
+        return cand[0]
+
+    out, free = [0.0] * g, list(range(g))
+    first = pick(r, free)
+    out[first], chosen = r[first], [first]
+    free.remove(first)
+    while free:
+        score = [
+            lam * r[i] - (1 - lam) * max(0.0, max(s[i][j] for j in chosen)) for i in range(g)
+        ]
+        i = pick(score, free)
+        out[i] = score[i]
+        chosen.append(i)
+        free.remove(i)
+
+    def same(i: int, j: int) -> bool:
+        return r[i] == r[j] and all(
+            abs(k[i] - k[j]) <= tie * (1 + max(abs(k[i]), abs(k[j]))) for k in keys
+        )
+
+    return [statistics.fmean(out[j] for j in range(g) if same(i, j)) for i in range(g)]
 
 
 def compact(x: torch.Tensor, mask: torch.Tensor | None, b: int) -> torch.Tensor:
@@ -197,17 +220,25 @@ def test_identical_embeddings_divide_dra_rewards_by_g(g: int, v: list[float], da
 
 
 @FAST
-@given(batches(), st.one_of(st.just("adaptive"), st.floats(0, 1)))
-def test_mmr_matches_the_greedy_reference(data, lam) -> None:
+@given(
+    batches(),
+    st.one_of(st.just("adaptive"), st.floats(0, 1)),
+    st.sampled_from(["keep", "diversify"]),
+)
+def test_mmr_matches_the_greedy_reference(data, lam, equal_rewards: str) -> None:
     r, e, mask = data
     s = cosine_similarity(e.double().nan_to_num(), mask)
-    out, lam_used = mmr_from_similarity(r.double(), s, mask=mask, lam=lam)
+    out, lam_used = mmr_from_similarity(
+        r.double(), s, mask=mask, lam=lam, equal_rewards=equal_rewards
+    )
     for b in range(r.shape[0]):
         rb = compact(r, mask, b).double()
         sb = s[b][mask[b]][:, mask[b]] if mask is not None else s[b]
-        # Same similarities and λ in, so the greedy arithmetic must agree exactly, ties included.
-        want = ref_mmr(rb.tolist(), sb.tolist(), lam_used[b].item())
+        # Same similarities and λ in, so the greedy arithmetic must agree, ties included.
+        want = ref_mmr(rb.tolist(), sb.tolist(), lam_used[b].item(), equal_rewards)
         assert compact(out, mask, b).tolist() == pytest.approx(want, abs=1e-12)
+        if equal_rewards == "keep" and rb.max() == rb.min():
+            assert lam_used[b].item() == 1.0  # the λ the group was left with
 
 
 @FAST
@@ -254,16 +285,17 @@ def test_mmr_is_permutation_equivariant_without_ties(seed: int, g: int, rnd) -> 
 
 @FAST
 @given(batches(), st.one_of(st.just("adaptive"), st.floats(0, 1)))
-def test_mmr_first_pick_keeps_its_reward(data, lam) -> None:
+def test_mmr_a_unique_best_reward_is_kept(data, lam) -> None:
     r, e, mask = data
-    out, lam_used = mmr(r, e, mask=mask, lam=lam)
+    out, lam_used = mmr(r, e, mask=mask, lam=lam, equal_rewards="diversify")
     for b in range(r.shape[0]):
         rb, ob = compact(r, mask, b), compact(out, mask, b)
         first = int(rb.argmax())
-        assert ob[first] == rb[first]
-        # Every later pick scores λ·r_i minus a non-negative redundancy term.
-        later = torch.arange(len(rb)) != first
-        assert (ob[later] <= lam_used[b] * rb[later] + 1e-6).all()
+        if int((rb >= rb[first] - 1e-4).sum()) == 1:  # closer counts as a tie (TIE_TOL)
+            assert ob[first] == rb[first]
+            # Every later pick scores λ·r_i minus a non-negative redundancy term.
+            later = torch.arange(len(rb)) != first
+            assert (ob[later] <= lam_used[b] * rb[later] + 1e-6).all()
     if mask is not None:
         assert (out[~mask] == 0).all()
 
@@ -279,7 +311,7 @@ def test_mmr_first_pick_keeps_its_reward(data, lam) -> None:
 def test_adaptive_lambda_is_sigmoid_of_population_std_in_half_open_unit(rows) -> None:
     r = torch.tensor(rows)
     e = torch.randn(*r.shape, 3, generator=torch.Generator().manual_seed(0))
-    _, lam = mmr(r, e)
+    _, lam = mmr(r, e, equal_rewards="diversify")
     assert ((lam >= 0.5) & (lam < 1.0)).all(), lam
     for row, lam_b in zip(rows, lam.tolist(), strict=True):
         want = 1 / (1 + math.exp(-statistics.pstdev(row)))

@@ -9,10 +9,22 @@ Greedy selection inside each group, as in MMR retrieval (Carbonell & Goldstein, 
 
    the best score is selected and that score becomes its new reward.
 
-Ties go to the lowest index at every step. λ trades reward against novelty; `lam="adaptive"`
-sets λ = sigmoid(std(r)) per group (population std): a group whose rewards all agree
-(std 0, λ = 0.5) leans on diversity, a group with a clear signal leans on the reward. Adaptive λ
-always lies in [0.5, 1): where sigmoid rounds to 1.0 in floating point it is kept just below 1.
+λ trades reward against novelty; `lam="adaptive"` sets λ = sigmoid(std(r)) per group
+(population std), which always lies in [0.5, 1) (where sigmoid rounds to 1.0 it is kept just
+below 1).
+
+Position never decides (the result is permutation-equivariant). Ties in the greedy order are
+broken by content: among the items whose score is within `TIE_TOL` of the best, the one least
+similar to its whole group (smallest sum of its similarities to the others) goes first, then the
+smallest sum of squared similarities. Items that agree on all of that and on the reward (copies
+of one completion, in practice) cannot be told apart by anything the method sees: they share
+the values their places in the order got, each the mean. The authors' code takes the lowest
+index instead, which with tied rewards hands an arbitrary member the unpenalised first place.
+
+`equal_rewards`: a group whose rewards all agree (exactly) carries no reward signal. "keep"
+(default) leaves it as it is, which is λ = 1: every reward unchanged, so GRPO's advantages are 0
+as for plain GRPO. "diversify" is the paper's behaviour: λ as configured (adaptive: 0.5), and
+the novelty term alone spreads the group's rewards.
 """
 
 from __future__ import annotations
@@ -27,10 +39,20 @@ from reweighter.methods.params import MmrParams, kernel_params
 from reweighter.methods.similarity import _cosine
 
 Lambda = float | Literal["adaptive"]
+EqualRewards = Literal["keep", "diversify"]
+
+TIE_TOL = 1e-5
+"""Scores and similarity sums closer than this (relative above 1) are ties: float noise (the
+order of a sum changes with the members' order) never decides who goes first."""
+
+
+def _params(lam: object, equal_rewards: object) -> MmrParams:
+    """The public functions' keyword arguments, validated by MmrParams."""
+    return kernel_params(MmrParams, lam=lam, equal_rewards=equal_rewards)
 
 
 def _lambda(lam: object) -> float | None:
-    """The public functions' `lam`, validated by MmrParams: None for "adaptive"."""
+    """A validated `lam` as `_mmr` takes it: a float, or None for "adaptive"."""
     p = kernel_params(MmrParams, lam=lam)
     return None if p.lam == "adaptive" else float(p.lam)
 
@@ -39,12 +61,21 @@ def _population_std(b: _checks.Batch) -> torch.Tensor:
     return (b.centred().square().sum(-1) / b.counts()).sqrt()
 
 
+def _near_min(key: torch.Tensor, cand: torch.Tensor) -> torch.Tensor:
+    """The candidates whose key is within TIE_TOL (relative above 1) of the candidates' least."""
+    k = key.masked_fill(~cand, torch.inf)
+    low = k.amin(-1, keepdim=True)
+    return cand & (k <= low + TIE_TOL * (1.0 + low.abs()))
+
+
 def _mmr(
-    b: _checks.Batch, sim: torch.Tensor, lam: float | None
+    b: _checks.Batch, sim: torch.Tensor, lam: float | None, equal_rewards: str = "keep"
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Greedy MMR on validated [B, G] rewards and finite [B, G, G] similarities; trusts them.
 
-    `lam` is a float in [0, 1], or None for adaptive.
+    `lam` is a float in [0, 1], or None for adaptive (see `_lambda`); `equal_rewards` is
+    MmrParams.equal_rewards (engine kernels: pass `p.equal_rewards`). Masked rows and columns
+    of `sim` are 0.
 
     Vectorised over groups; the only loop is over the G - 1 selection steps, each a handful of
     [B, G] kernels.
@@ -57,16 +88,35 @@ def _mmr(
         lam_b = lam_b.clamp_max(1.0 - torch.finfo(r.dtype).eps / 2)
     else:
         lam_b = r.new_full((bsz,), lam)
+    valid = b.mask if b.mask is not None else torch.ones_like(r, dtype=torch.bool)
+    if equal_rewards == "keep":
+        hi = r.masked_fill(~valid, -torch.inf).amax(-1)
+        lo = r.masked_fill(~valid, torch.inf).amin(-1)
+        lam_b = torch.where(hi == lo, torch.ones_like(lam_b), lam_b)  # λ = 1: r unchanged
+
+    # The content keys of the tie rule: an item's similarity to the rest of its group.
+    off = sim.clone()
+    off.diagonal(dim1=-2, dim2=-1).zero_()
+    keys = (off.sum(-1), off.square().sum(-1))
+    # Score ties: TIE_TOL, plus the rounding of λ·r for large rewards.
+    tol = TIE_TOL + 16 * torch.finfo(r.dtype).eps * r.abs().amax(-1, keepdim=True)
+
+    def pick(score: torch.Tensor) -> torch.Tensor:
+        cand = score >= score.amax(-1, keepdim=True) - tol
+        for key in keys:
+            cand = _near_min(key, cand)
+        # Left: items equal in reward and keys (copies); their values are averaged below, so
+        # which of them goes first does not change the answer.
+        return cand.to(torch.uint8).argmax(-1, keepdim=True)
 
     # base_i = λ·r_i while item i may still be picked, -inf once selected or when masked.
     base = lam_b.unsqueeze(-1) * r
-    if b.mask is not None:
-        base.masked_fill_(~b.mask, -torch.inf)
+    base.masked_fill_(~valid, -torch.inf)
     cost = (1.0 - lam_b).unsqueeze(-1)
     rows = torch.arange(bsz, device=r.device) * g  # row offsets into sim viewed as [B*G, G]
     flat_sim = sim.reshape(bsz * g, g)
 
-    first = (r if b.mask is None else r.masked_fill(~b.mask, -torch.inf)).argmax(-1, keepdim=True)
+    first = pick(r.masked_fill(~valid, -torch.inf))
     picks = [first]
     values = [r.gather(-1, first)]  # the first pick keeps its raw reward
     base.scatter_(-1, first, -torch.inf)
@@ -74,47 +124,64 @@ def _mmr(
     redundancy = flat_sim.index_select(0, rows + first.squeeze(-1)).clamp_min_(0.0)
     for _ in range(g - 1):
         score = torch.addcmul(base, cost, redundancy, value=-1.0)
-        pick = score.argmax(-1, keepdim=True)  # documented: the first index on ties
-        picks.append(pick)
-        values.append(score.gather(-1, pick))
-        base.scatter_(-1, pick, -torch.inf)
-        torch.maximum(redundancy, flat_sim.index_select(0, rows + pick.squeeze(-1)), out=redundancy)
+        p = pick(score)
+        picks.append(p)
+        values.append(score.gather(-1, p))
+        base.scatter_(-1, p, -torch.inf)
+        torch.maximum(redundancy, flat_sim.index_select(0, rows + p.squeeze(-1)), out=redundancy)
 
     # A ragged group runs out of items early: its later "picks" score -inf and land on an
     # arbitrary index; they add 0, so scatter_add leaves the real values intact.
     vals = torch.cat(values, -1)
-    if b.mask is not None:
-        vals = vals.masked_fill_(vals == -torch.inf, 0.0)
+    vals = vals.masked_fill_(vals == -torch.inf, 0.0)
     out = torch.zeros_like(r).scatter_add_(-1, torch.cat(picks, -1), vals)
-    return b.unbatch(out), b.unbatch(lam_b)
+    return b.unbatch(_share_among_copies(out, r, keys, valid)), b.unbatch(lam_b)
+
+
+def _share_among_copies(
+    out: torch.Tensor, r: torch.Tensor, keys: tuple[torch.Tensor, ...], valid: torch.Tensor
+) -> torch.Tensor:
+    """Each item gets the mean value of the items indistinguishable from it (same reward, keys
+    within TIE_TOL): copies of one completion, whose order nothing in the input can decide."""
+    same = (r.unsqueeze(-1) == r.unsqueeze(-2)) & valid.unsqueeze(-1) & valid.unsqueeze(-2)
+    for key in keys:
+        k = key.masked_fill(~valid, 0.0)
+        gap = (k.unsqueeze(-1) - k.unsqueeze(-2)).abs()
+        same &= gap <= TIE_TOL * (1.0 + k.abs().unsqueeze(-1).maximum(k.abs().unsqueeze(-2)))
+    n = same.sum(-1)
+    if bool((n <= 1).all()):  # no copies anywhere: nothing to share
+        return out
+    w = same.to(out.dtype)
+    shared = (w @ out.unsqueeze(-1)).squeeze(-1) / n.clamp_min(1).to(out.dtype)
+    return torch.where(valid, shared, torch.zeros((), dtype=out.dtype, device=out.device))
 
 
 def mmr_from_similarity(
     rewards: torch.Tensor, sim: torch.Tensor, *, mask: torch.Tensor | None = None,
-    lam: Lambda = "adaptive",
+    lam: Lambda = "adaptive", equal_rewards: EqualRewards = "keep",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """MMR on precomputed cosine similarities ([G, G] or [B, G, G]); see the module docstring.
 
     Returns (reweighted rewards shaped like `rewards`, λ per group: [B], or a 0-d tensor for one
-    group). Masked items are never selected and get 0.
+    group; 1 for a group left as it is). Masked items are never selected and get 0.
     """
-    lam_f = _lambda(lam)
+    p = _params(lam, equal_rewards)
     b, s = _checks.prepare(sim, rewards, mask, "similarity", 1)
     if b.mask is not None:
         s = s.masked_fill(~(b.mask.unsqueeze(-1) & b.mask.unsqueeze(-2)), 0.0)
     if not _checks.all_finite(s):
         raise InvalidInput("NaN or inf among the similarities of valid items", field="similarity")
-    return _mmr(b, s, lam_f)
+    return _mmr(b, s, _lambda(p.lam), p.equal_rewards)
 
 
 def mmr(
     rewards: torch.Tensor, embeddings: torch.Tensor, *, mask: torch.Tensor | None = None,
-    lam: Lambda = "adaptive",
+    lam: Lambda = "adaptive", equal_rewards: EqualRewards = "keep",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """MMR-reweighted rewards and the λ used per group; see the module docstring.
 
     `embeddings` is [G, D] or [B, G, D]; each group is reweighted on its own, never mixing groups.
     """
-    lam_f = _lambda(lam)
+    p = _params(lam, equal_rewards)
     b, e = _checks.prepare(embeddings, rewards, mask, "embeddings", 0)
-    return _mmr(b, _cosine(e, b.mask, b.squeeze), lam_f)
+    return _mmr(b, _cosine(e, b.mask, b.squeeze), _lambda(p.lam), p.equal_rewards)

@@ -38,6 +38,12 @@ class MmrParams(BaseModel):
         description='Reward vs novelty trade-off in [0, 1], or "adaptive": sigmoid(std(rewards)) '
         "per group.",
     )
+    equal_rewards: Literal["keep", "diversify"] = Field(
+        "keep",
+        description='A group whose rewards all agree: "keep" leaves it as it is (lambda = 1, '
+        'so GRPO advantages are 0); "diversify" applies MMR anyway (the paper: the novelty '
+        "term alone spreads the rewards).",
+    )
 
     @field_validator("lam", mode="before")
     @classmethod
@@ -65,6 +71,7 @@ _RULES = {
     "similarity_floor": "must be a number in [-1, 1] or None",
     "eps": "must be a finite number > 0",
     "lam": 'must be a number in [0, 1] or "adaptive"',
+    "equal_rewards": 'must be "keep" or "diversify"',
 }
 
 P = TypeVar("P", bound=BaseModel)
