@@ -1,0 +1,322 @@
+"""The recipes of the `reweighter` package docstring, followed as written.
+
+"Add a method": applied to a copy of the package (a toy method's module, one catalogue entry,
+one docs row), the copy's service serves the toy over HTTP and gRPC, with its parameters in the
+HTTP schema, /v1/info, the CLI flags and the metrics; the files that changed are exactly the
+recipe's; and leaving out any step fails where the step says.
+"Add a route": a toy route added to a running app gets field-named schema errors and metrics
+under its own label, with nothing listed anywhere.
+"""
+
+from __future__ import annotations
+
+import filecmp
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi import APIRouter
+from pydantic import BaseModel, ConfigDict
+
+import reweighter
+from reweighter.methods.catalog import CATALOG
+from reweighter.service import BackgroundService
+
+from .conftest import loopback
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = Path(reweighter.__file__).parent
+DOC = ROOT / "docs" / "methods.md"
+PROTO = ROOT / "proto" / "reweighter" / "v1" / "reweighter.proto"
+
+# -- the docs table and the proto, held to the catalogue ---------------------------------------
+
+
+def table_problems(doc: str, catalogue: dict[str, list[str]]) -> list[str]:
+    """What docs/methods.md's table of methods gets wrong against {method: [wire params]}."""
+    start = doc.index("| method | parameters | what it does |")
+    rows = {}
+    for line in doc[start:].splitlines()[2:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        rows[cells[0].strip("`")] = re.findall(r"`([^`]+)`", cells[1])
+    problems = [f"{m}: no row" for m in catalogue if m not in rows]
+    problems += [f"{m}: a row, not in the catalogue" for m in rows if m not in catalogue]
+    problems += [
+        f"{m}: parameters {rows[m]} != {params}"
+        for m, params in catalogue.items()
+        if m in rows and sorted(rows[m]) != sorted(params)
+    ]
+    return problems
+
+
+def _catalogue() -> dict[str, list[str]]:
+    return {
+        str(name): [f.alias or n for n, f in spec.params_model.model_fields.items()]
+        for name, spec in CATALOG.items()
+    }
+
+
+def test_the_docs_table_lists_the_catalogue() -> None:
+    assert table_problems(DOC.read_text(), _catalogue()) == []
+
+
+def test_the_docs_check_fails_on_a_missing_row_or_parameter() -> None:
+    cat = _catalogue()
+    assert table_problems(DOC.read_text(), {**cat, "toy": ["weight"]}) == ["toy: no row"]
+    cat["dra"] = [*cat["dra"], "extra"]
+    assert table_problems(DOC.read_text(), cat)[0].startswith("dra: parameters")
+
+
+def test_the_proto_lists_no_method_names() -> None:
+    """The proto does not list the methods (the catalogue does; Info publishes it), so a new
+    method leaves the proto alone. The one name its `method` fields' comments give is the
+    default, which the server applies to an empty name."""
+    lines = PROTO.read_text().splitlines()
+    named = set()
+    for i, line in enumerate(lines):
+        if re.match(r"\s*string method = \d+;", line):
+            j = i - 1
+            while j >= 0 and lines[j].strip().startswith("//"):
+                named |= {m for m in CATALOG if f'"{m}"' in lines[j]}
+                j -= 1
+    assert named == {"dra"}, named
+
+
+def test_the_catalogue_and_the_wire_models_need_no_torch() -> None:
+    code = (
+        "import sys\n"
+        "from reweighter.methods.catalog import CATALOG\n"
+        "import reweighter.methods\n"
+        "schemas = {n: s.params_model.model_json_schema() for n, s in CATALOG.items()}\n"
+        "assert 'torch' not in sys.modules, 'torch imported'\n"
+        "print(sorted(str(n) for n in schemas))\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == str(sorted(str(m) for m in CATALOG))
+
+
+# -- "add a method", on a copy of the package --------------------------------------------------
+
+TOY_MODULE = '''\
+"""Toy: every reward times `weight` (the recipe test's method)."""
+
+from __future__ import annotations
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ToyParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    weight: float = Field(2.0, gt=0, allow_inf_nan=False, description="multiplies each reward")
+
+
+def apply(rewards, sim, mask, params: ToyParams):
+    out = rewards * params.weight
+    if mask is not None:
+        out = out.masked_fill(~mask, 0.0)
+    return out, None
+'''
+TOY_ENTRY = """\
+        MethodSpec(
+            "toy",
+            "Every reward times weight.",
+            params="reweighter.methods.toy:ToyParams",
+            kernel="reweighter.methods.toy:apply",
+            needs_similarity=False,
+        ),
+"""
+TOY_ROW = "| `toy` | `weight` | every reward times weight |\n"
+
+# Runs in the copy: the service, both transports, the schema, the flags, the metrics.
+SERVE_TOY = textwrap.dedent(
+    """
+    import json, sys
+    import httpx
+    from reweighter.cli import build_parser, method_params
+    from reweighter.client import GrpcReweighterClient, ReweighterClient
+    from reweighter.config import Settings
+    from reweighter.service import BackgroundService
+    from reweighter.types import Group, ReweightRequest
+
+    out = {}
+    args = build_parser().parse_args(["reweight", "a", "b", "--method", "toy", "--weight", "3"])
+    out["flags"] = method_params(args)
+    request = ReweightRequest(
+        [Group([1.0, 0.5, -2.0], embeddings=[[1, 0], [0, 1], [1, 1]])], "toy", {"weight": 3}
+    )
+    settings = Settings(host="127.0.0.1", http_port=0, grpc_port=0)
+    with BackgroundService(settings) as svc:
+        with ReweighterClient(svc.http_url) as client:
+            client.wait_ready(120)
+            out["http"] = client.reweight(request).groups[0].rewards
+            out["info"] = client.info()["methods"]["toy"]
+            bad = ReweightRequest(request.groups, "toy", {"weight": -1})
+            try:
+                client.reweight(bad)
+            except Exception as e:
+                out["error"] = [type(e).__name__, e.field]
+        with GrpcReweighterClient(svc.grpc_target) as client:
+            out["grpc"] = client.reweight(request).groups[0].rewards
+        schema = httpx.get(svc.http_url + "/openapi.json").json()["components"]["schemas"]
+        out["enum"] = schema["ReweightIn"]["properties"]["method"]["enum"]
+        out["params"] = [s["title"] for s in schema["ReweightIn"]["properties"]["params"]["anyOf"]]
+        metrics = httpx.get(svc.http_url + "/metrics").text
+        out["metrics"] = 'method="toy"' in metrics
+    print(json.dumps(out))
+    """
+)
+
+
+def _copy(tmp: Path, *, module: bool = True, entry: bool = True, row: bool = True) -> Path:
+    """The package and docs/methods.md copied under `tmp`, with the recipe's steps applied."""
+    pkg = tmp / "pkg" / "reweighter"
+    shutil.copytree(PACKAGE, pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp / "docs").mkdir()
+    shutil.copy(DOC, tmp / "docs" / "methods.md")
+    if module:
+        (pkg / "methods" / "toy.py").write_text(TOY_MODULE)
+    if entry:
+        cat = pkg / "methods" / "catalog.py"
+        text = cat.read_text()
+        end = text.index("    )\n}\n", text.index("CATALOG: dict"))
+        cat.write_text(text[:end] + TOY_ENTRY + text[end:])
+    if row:
+        doc = tmp / "docs" / "methods.md"
+        text = doc.read_text()
+        at = text.index("| `none` |")
+        at = text.index("\n", at) + 1
+        doc.write_text(text[:at] + TOY_ROW + text[at:])
+    return tmp
+
+
+def _changed(copy: Path) -> list[str]:
+    """The files of the copy that differ from the repository's (added ones included)."""
+    out = []
+    for path in sorted((copy / "pkg" / "reweighter").rglob("*")):
+        if "__pycache__" in path.parts or not path.is_file():
+            continue
+        rel = path.relative_to(copy / "pkg")
+        original = PACKAGE.parent / rel
+        if not original.exists() or not filecmp.cmp(path, original, shallow=False):
+            out.append(f"services/reweighter/{rel}")
+    if not filecmp.cmp(copy / "docs" / "methods.md", DOC, shallow=False):
+        out.append("docs/methods.md")
+    return out
+
+
+def _run(copy: Path, code: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(copy / "pkg"), "REWEIGHTER_COMPILE": "off"}
+    env.pop("REDIS_URL", None)
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, env=env
+    )
+
+
+@pytest.fixture(scope="module")
+def toy_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _copy(tmp_path_factory.mktemp("recipe"))
+
+
+def test_the_method_recipe_touches_the_module_the_entry_and_the_docs(toy_copy: Path) -> None:
+    assert _changed(toy_copy) == [
+        "services/reweighter/reweighter/methods/catalog.py",
+        "services/reweighter/reweighter/methods/toy.py",
+        "docs/methods.md",
+    ]
+
+
+def test_a_method_added_by_the_recipe_is_served_everywhere(toy_copy: Path) -> None:
+    run = _run(toy_copy, SERVE_TOY)
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    assert out["flags"] == {"weight": 3}  # `--weight`, generated from ToyParams
+    assert out["http"] == pytest.approx([3.0, 1.5, -6.0])  # rewards x 3, by hand
+    assert out["grpc"] == out["http"]
+    assert out["info"]["description"] == "Every reward times weight."
+    assert set(out["info"]["params"]["properties"]) == {"weight"}
+    assert out["error"] == ["InvalidInput", "params.weight"]
+    assert "toy" in out["enum"] and "ToyParams" in out["params"]
+    assert out["metrics"]
+    # and the copy's docs hold the toy's row
+    doc = (toy_copy / "docs" / "methods.md").read_text()
+    assert table_problems(doc, {**_catalogue(), "toy": ["weight"]}) == []
+
+
+def test_each_step_of_the_method_recipe_is_needed(tmp_path: Path) -> None:
+    use_toy = (
+        "from reweighter.methods.catalog import get_method\n"
+        "get_method('toy').params_model\n"
+    )
+    # no catalogue entry: the method does not exist
+    run = _run(_copy(tmp_path / "no-entry", entry=False), use_toy)
+    assert "unknown method 'toy'" in run.stderr, run.stderr[-2000:]
+    # no module: the entry names what it cannot load
+    run = _run(_copy(tmp_path / "no-module", module=False), use_toy)
+    assert "cannot load 'reweighter.methods.toy:ToyParams'" in run.stderr, run.stderr[-2000:]
+    # no docs row: the docs check fails
+    doc = (_copy(tmp_path / "no-row", row=False) / "docs" / "methods.md").read_text()
+    assert table_problems(doc, {**_catalogue(), "toy": ["weight"]}) == ["toy: no row"]
+
+
+# -- "add a route", on a running app -----------------------------------------------------------
+
+
+class ToyItem(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    weight: float
+
+
+class ToyIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    items: list[ToyItem]
+
+
+class ToyOut(BaseModel):
+    total: float
+
+
+@pytest.fixture(scope="module")
+def toy_route(engine) -> Iterator[BackgroundService]:  # noqa: ANN001 - the session engine
+    with BackgroundService(loopback(), engine) as svc:
+        assert svc.service is not None
+        metrics = svc.service.metrics
+        router = APIRouter(prefix="/v1")
+
+        @router.post("/toy", response_model=ToyOut)
+        async def toy(body: ToyIn) -> ToyOut:
+            with metrics.track("http", "toy"):
+                return ToyOut(total=sum(i.weight for i in body.items))
+
+        svc.service.app.include_router(router)
+        yield svc
+
+
+def test_a_route_added_to_the_app_names_fields_and_gets_metrics(
+    toy_route: BackgroundService,
+) -> None:
+    url = toy_route.http_url
+    # refused before the handler ran even once: field named from ToyIn, label from the route
+    bad = httpx.post(url + "/v1/toy", json={"items": [{"weight": 1}, {"weight": "x"}]})
+    assert bad.status_code == 422
+    assert bad.json()["error"]["field"] == "items[1].weight"
+    extra = httpx.post(url + "/v1/toy", json={"items": [], "what": 1})
+    assert extra.json()["error"]["field"] == "what"
+    metrics = httpx.get(url + "/metrics").text
+    assert re.search(r'_total\{endpoint="toy",method="",status="InvalidInput"', metrics)
+    ok = httpx.post(url + "/v1/toy", json={"items": [{"weight": 1.5}, {"weight": 2}]})
+    assert ok.status_code == 200 and ok.json() == {"total": 3.5}
+    metrics = httpx.get(url + "/metrics").text
+    assert re.search(r'_total\{endpoint="toy",method="",status="ok"', metrics)
