@@ -12,6 +12,8 @@ routers with other verifiers and timeouts are mounted on the service's app for t
 from __future__ import annotations
 
 import asyncio
+import io
+import logging
 import random
 import threading
 import time
@@ -22,21 +24,23 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
+import uvicorn.logging
 
 pytest.importorskip("openrlhf.utils.agent")
 
 from openrlhf.utils.agent import SingleTurnAgentExecutor  # noqa: E402
 
 from reweighter.api.http.app import create_app  # noqa: E402
-from reweighter.api.http.openrlhf import build_openrlhf_router  # noqa: E402
+from reweighter.api.http.openrlhf import build_openrlhf_router, is_token_path  # noqa: E402
 from reweighter.api.metrics import Metrics  # noqa: E402
 from reweighter.assembly import GroupAssembler, make_store  # noqa: E402
 from reweighter.config import OpenRLHFSettings  # noqa: E402
+from reweighter.logs import RedactFilter  # noqa: E402
+from reweighter.service import BackgroundService  # noqa: E402
+from reweighter.types import Group, ReweightRequest  # noqa: E402
 from reweighter.verify import response_of  # noqa: E402
 from reweighter.verify.math_answers import answers_match, final_answer  # noqa: E402
 from reweighter.verify.upstream import UpstreamVerifier  # noqa: E402
-from reweighter.service import BackgroundService  # noqa: E402
-from reweighter.types import Group, ReweightRequest  # noqa: E402
 
 from .conftest import free_port, loopback  # noqa: E402
 
@@ -251,3 +255,138 @@ async def test_service_endpoint_uses_the_service_key_and_settings(engine, tokeni
             r = await c.post(url, json=body, headers={"authorization": "Bearer s3cret"})
     assert r.status_code == 200, r.text
     assert r.json()["extra_logs"]["reweighted"] == [1.0, 1.0]  # n=2 from the settings
+
+
+# -- authentication: OpenRLHF's client sends no headers ----------------------------------------
+
+TOKEN = "Zq3-openrlhf-route-secret_9Xv"
+KEY = "the-service-api-key"
+
+
+@pytest.fixture(scope="module")
+def keyed(engine: Any) -> Iterator[tuple[BackgroundService, io.StringIO, io.StringIO]]:
+    """The service with an API key and an OpenRLHF token, a 2 s OpenRLHF timeout, and its
+    access log on (--log-level debug) through uvicorn's own access formatter and the service's
+    redaction filter (reweighter.logs, as `reweighter serve` installs it); the service's other
+    log lines go to a second stream through the same filter."""
+    access, other = io.StringIO(), io.StringIO()
+    handlers = {
+        "uvicorn.access": logging.StreamHandler(access),
+        "reweighter": logging.StreamHandler(other),
+    }
+    handlers["uvicorn.access"].setFormatter(uvicorn.logging.AccessFormatter(
+        '%(client_addr)s - "%(request_line)s" %(status_code)s', use_colors=False))
+    for name, handler in handlers.items():
+        handler.addFilter(RedactFilter())
+        logging.getLogger(name).addHandler(handler)
+    settings = loopback(api_key=KEY, openrlhf_token=TOKEN, openrlhf_timeout_s=2.0,
+                        log_level="debug")
+    try:
+        with BackgroundService(settings, engine) as svc:
+            yield svc, access, other
+    finally:
+        for name, handler in handlers.items():
+            logging.getLogger(name).removeHandler(handler)
+
+
+async def test_token_route_gets_real_rewards_through_openrlhfs_client(keyed, engine,
+                                                                       tokenizer) -> None:
+    svc, access, other = keyed
+    url = f"{svc.http_url}/v1/openrlhf/{TOKEN}/reward?n=3"  # as docs/integrations.md gives it
+    outs = await run_openrlhf(url, problems(k=2, n=3, seed=21, tokenizer=tokenizer), tokenizer)
+    want = expected(engine, outs, tokenizer)
+    for o, w in zip(outs, want, strict=True):
+        assert o["reward"] == [pytest.approx(w, abs=1e-6)]
+        assert o["extra_logs"]["reweighted"] == [1.0]
+
+    body = {"query": ["q 1"], "prompts": ["q"], "labels": ["1"]}
+    async with httpx.AsyncClient(timeout=10) as c:
+        for path, headers in [
+            (f"/v1/openrlhf/{TOKEN}x/reward?n=1", {}),  # wrong token
+            (f"/v1/openrlhf/{TOKEN[:-1]}/reward?n=1", {}),  # a prefix of it
+            ("/v1/openrlhf/reward?n=1", {}),  # no token, no key
+            ("/v1/openrlhf//reward?n=1", {}),  # empty token
+            (f"/v1/openrlhf/{KEY}/reward?n=1", {}),  # the API key is not the token
+            ("/v1/openrlhf/x/reward?n=1", {"authorization": f"Bearer {KEY}"}),
+        ]:
+            r = await c.post(svc.http_url + path, json=body, headers=headers)
+            assert r.status_code == 401, (path, r.text)
+            assert TOKEN not in r.text
+        # the key-holding route still works with the key, and the token route with the token
+        r = await c.post(f"{svc.http_url}/v1/openrlhf/reward?n=1", json=body,
+                         headers={"authorization": f"Bearer {KEY}"})
+        assert r.status_code == 200, r.text
+        r = await c.post(f"{svc.http_url}/v1/openrlhf/{TOKEN}/reward?n=1", json=body)
+        assert r.status_code == 200 and r.json()["rewards"] == [1.0]
+        metrics = (await c.get(f"{svc.http_url}/metrics")).text
+
+    # never logged, never a metric label; the access log shows the route with *** for it
+    logged = access.getvalue() + other.getvalue()
+    assert "/v1/openrlhf/***/reward?n=3" in access.getvalue()
+    assert TOKEN not in logged and TOKEN[:-1] not in logged
+    assert TOKEN not in metrics and TOKEN[:-1] not in metrics
+    assert 'endpoint="openrlhf"' in metrics
+
+
+def test_token_route_without_a_token_configured_is_closed() -> None:
+    from reweighter.errors import Unauthenticated
+
+    assert not is_token_path("/v1/openrlhf/reward", None)
+    assert not is_token_path("/v1/reweight", "t")
+    with pytest.raises(Unauthenticated):
+        is_token_path("/v1/openrlhf/anything/reward", None)
+    with pytest.raises(Unauthenticated):
+        is_token_path("/v1/openrlhf/anything/reward", "")
+    assert is_token_path("/v1/openrlhf/t0k/reward", "t0k")
+
+
+# -- rounds: the same prompt comes back; a wrong ?n= ---------------------------------------------
+
+
+def _round(seed: int, n: int, suffix: str, tokenizer: Any) -> list[tuple[str, str, str]]:
+    rows = problems(k=1, n=n, seed=seed, tokenizer=tokenizer)
+    return [(p, lab, r + suffix) for p, lab, r in rows]
+
+
+def _short_rounds(metrics: str, cause: str) -> float:
+    for line in metrics.splitlines():
+        if line.startswith(f'reweighter_openrlhf_short_rounds_total{{cause="{cause}"}}'):
+            return float(line.split()[-1])
+    raise AssertionError(f"no short-rounds counter for {cause}:\n{metrics}")
+
+
+@pytest.mark.parametrize("declared, sent", [(3, 4), (5, 4)])
+async def test_wrong_n_never_mixes_rounds_and_is_reported(keyed, engine, tokenizer, declared,
+                                                          sent, caplog) -> None:
+    """`?n=` differs from the samples OpenRLHF sends per prompt; the same prompt comes back
+    in a second round with new completions. Every reweighted number is computed over samples
+    of one round only; every sample answered short says so in extra_logs; the service warns
+    and counts it."""
+    svc, _, _ = keyed
+    url = f"{svc.http_url}/v1/openrlhf/{TOKEN}/reward?n={declared}"
+    cause = "surplus" if sent > declared else "short"
+    async with httpx.AsyncClient(timeout=10) as c:
+        before = _short_rounds((await c.get(f"{svc.http_url}/metrics")).text, cause)
+    caplog.set_level(logging.WARNING, logger="reweighter")
+    for step, suffix in enumerate(["", " on second thought"]):
+        rows = _round(40 + declared, sent, suffix, tokenizer)
+        outs = await run_openrlhf(url, rows, tokenizer)
+        whole = [o for o in outs if o["extra_logs"]["reweighted"] == [1.0]]
+        short = [o for o in outs if o["extra_logs"]["short_round"] == [1.0]]
+        assert len(whole) == (declared if sent > declared else 0), step
+        assert len(whole) + len(short) == sent
+        for o in short:  # answered with its raw reward, flagged
+            assert o["reward"] == o["scores"]
+        if whole:  # the group is exactly this round's samples that completed
+            want = expected(engine, whole, tokenizer)
+            assert [o["reward"][0] for o in whole] == pytest.approx(want, abs=1e-6)
+            texts = [tokenizer.decode(o["observation_tokens"]) for o in whole]
+            assert all(t.endswith(suffix.strip()) for t in texts) or not suffix
+    async with httpx.AsyncClient(timeout=10) as c:
+        after = _short_rounds((await c.get(f"{svc.http_url}/metrics")).text, cause)
+    assert after - before == 2  # one short round per step
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING
+                and r.name.startswith("reweighter.api.http.openrlhf")]
+    assert len(warnings) == 2, warnings
+    hint = f"n_samples_per_prompt = {sent}" if sent > declared else f"{sent} of n={declared}"
+    assert all(hint in w and "--rollout.n_samples_per_prompt" in w for w in warnings), warnings

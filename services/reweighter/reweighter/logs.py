@@ -18,6 +18,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 _MASK = "***"
 _SECRET_KEYS = re.compile(r"pass|secret|token|key|auth", re.I)
 _USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][\w+.-]*://)(?P<user>[^:/@\s]*):(?P<pw>[^@\s/]+)@")
+# the OpenRLHF route's secret path segment (api/http/openrlhf.py): /v1/openrlhf/<token>/reward
+_PATH_SECRET = re.compile(r"(/v1/openrlhf/)[^/?#\s\"']+(?=/reward)")
 
 
 def redact_url(url: str | None) -> str:
@@ -41,14 +43,19 @@ def redact_url(url: str | None) -> str:
 
 
 def redact_text(text: str) -> str:
-    """Mask the password of every scheme://user:password@ in free text."""
-    return _USERINFO.sub(lambda m: f"{m['scheme']}{m['user']}:{_MASK}@", text)
+    """Mask the password of every scheme://user:password@ in free text, and the secret
+    segment of OpenRLHF's token route."""
+    text = _USERINFO.sub(lambda m: f"{m['scheme']}{m['user']}:{_MASK}@", text)
+    return _PATH_SECRET.sub(rf"\g<1>{_MASK}", text)
 
 
 class RedactFilter(logging.Filter):
     """Rewrites a record whose message or traceback carries URL credentials."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple) and record.args:
+            # argument by argument: uvicorn's access formatter unpacks the tuple (path 3rd)
+            record.args = tuple(redact_text(a) if isinstance(a, str) else a for a in record.args)
         try:
             message = record.getMessage()
         except Exception:  # a broken format string is the logging module's business
