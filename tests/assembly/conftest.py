@@ -1,4 +1,5 @@
-"""Assembly tests: the real engine (bundled MiniLM), real Redis, helpers to build groups."""
+"""Assembly tests: the real engine (the session `engine` of tests/conftest.py), real Redis,
+helpers to build groups."""
 
 from __future__ import annotations
 
@@ -8,28 +9,13 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 import redis
+from conftest import loopback
 
 from reweighter.assembly import GroupAssembler, MemberSubmission, make_store
-from reweighter.config import Settings
 from reweighter.engine import ReweightEngine
 from reweighter.types import Group, ReweightRequest
 
-
-def settings(**overrides: object) -> Settings:
-    # compile off: tests check answers, not speed, and compiling costs a minute on this CPU
-    base: dict[str, object] = {
-        "host": "127.0.0.1", "http_port": 0, "grpc_port": 0, "compile": False
-    }
-    base.update(overrides)
-    return Settings(**base)
-
-
-@pytest.fixture(scope="session")
-def engine() -> ReweightEngine:
-    """The real engine on the bundled all-MiniLM-L6-v2, loaded once per session."""
-    eng = ReweightEngine(settings())
-    eng.load()
-    return eng
+settings = loopback  # the suite's test settings (compile off: REWEIGHTER_COMPILE in conftest)
 
 
 @pytest.fixture

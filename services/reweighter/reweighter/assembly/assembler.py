@@ -2,9 +2,17 @@
 once the group is whole it is reweighted once, in member_id order, and every waiter answered.
 
 Why this shape: verl and OpenRLHF hand a reward one sample at a time, but DRA and MMR need the
-whole group. All state lives behind `AssemblyStore` (in process, or Redis for replicas), so the
-rules here are the same either way. Waiting is one asyncio future per member plus one watcher
-task per group on this replica: tens of thousands of waiters cost no threads.
+whole group. The assembler only orchestrates: the member is judged by the engine's
+`check_member`, the numbers come from the engine (`areweight`, for incomplete rounds too), and
+all state lives behind `AssemblyStore` (in process, or Redis for replicas) as the typed records
+of records.py. Waiting is one asyncio future per member plus one watcher task per round on this
+replica: tens of thousands of waiters cost no threads.
+
+Rounds: a member never joins a round that has been answered. A round ends when it is whole
+(reweighted) or at the first deadline of its members (closed short: every member present gets
+the same raw answer); the next member for that group id that is not a retry opens round + 1,
+logged at WARNING and counted (`size_mismatch{kind="late"}`), since with a right group_size and
+timeout it does not happen.
 """
 
 from __future__ import annotations
@@ -12,85 +20,98 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import json
 import logging
-import math
 import uuid
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import numpy as np
-import torch
 
 from ..config import Settings
-from ..engine import ReweightEngine
+from ..engine.checks import CheckedMember, check_member
 from ..errors import (
     Conflict,
     InvalidInput,
     LimitExceeded,
     Overloaded,
     PreconditionFailed,
-    ReweighterError,
     StoreUnavailable,
 )
-from ..methods import advantages as advantage_fn
-from ..methods import get_method
-from ..types import Group, GroupStats, ReweightRequest
+from ..limits import Limits
+from ..types import AdvantageKind, Group, GroupStats, Method, ReweightRequest
+from .records import GroupMeta, MemberRecord, OpenRound, RoundResult
 from .store import AssemblyStore
-from .types import MemberResult, MemberSubmission
+from .types import MemberReason, MemberResult, MemberSubmission
 
 log = logging.getLogger(__name__)
 
-_MAX_ID_CHARS = 256
+T = TypeVar("T")
+
 _CLAIM_TTL_S = 60.0  # a replica that dies mid-compute blocks its group at most this long
-_POLL_MAX_S = 1.0  # polling backoff cap (Redis store, or after a failed compute)
-_META_FIELDS = (("n", "group_size"), ("m", "method"), ("p", "params"), ("a", "advantages"))
+_POLL_MAX_S = 1.0  # polling backoff cap (Redis store, or after a failed compute or claim)
+_GRACE_S = 1.0  # after a deadline: the store reads and the close of a short round
+_OPEN_MARGIN_S = 5.0  # an open round outlives its latest deadline by this (no waiter left)
+_FILL_PERIOD_S = 1.0  # how often the store's fill is read for /metrics
 
 
 @dataclass
 class AssemblyStats:
-    """Plain counters; the transports export them to /metrics."""
+    """Plain counters and the store's fill; the transports export them to /metrics."""
 
     members: int = 0  # submissions accepted (retries included)
-    timeouts: int = 0  # answers with complete=False
+    timeouts: int = 0  # answers with complete=False (any reason)
     groups_computed: int = 0  # groups this replica reweighted
     conflicts: int = 0  # Conflict and PreconditionFailed answers
+    size_mismatch: dict[str, int] = field(
+        default_factory=lambda: {"declared": 0, "full": 0, "late": 0}
+    )
+    """declared: a group_size other than the group's (409); full: a new member for a whole
+    group (409); late: a member after its round was answered, opening the next (WARNING)."""
+    store_groups: int = 0  # open groups in the whole store (all replicas with Redis)
+    store_members: int = 0  # members held in them
 
 
 @dataclass(frozen=True)
 class _Member:
-    """A validated submission in the store's encoding."""
+    """A checked member in the store's records."""
 
-    sub: MemberSubmission
-    reward: float
-    kind: str  # "completion" | "embedding"
-    digest: str
-    meta: str
-    record: str
-    timeout_s: float
+    checked: CheckedMember
+    meta: GroupMeta
+    record: MemberRecord
+
+    @property
+    def gid(self) -> str:
+        return self.checked.group_id
+
+    @property
+    def mid(self) -> str:
+        return self.checked.member_id
 
 
 class _Watch:
-    """This replica's waiters of one group, and the task that watches the store for them."""
+    """This replica's waiters of one round, and the task that watches the store for them."""
 
     def __init__(self, size: int) -> None:
         self.size = size
         self.event = asyncio.Event()
-        self.done: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self.done: asyncio.Future[RoundResult] = asyncio.get_running_loop().create_future()
         self.waiters = 0
         self.local: dict[str, float] = {}  # member -> raw reward, of those that waited here
         self.task: asyncio.Task[None] | None = None
 
 
 class GroupAssembler:
-    def __init__(self, engine: ReweightEngine, store: AssemblyStore, settings: Settings) -> None:
-        self.engine = engine
+    """The public API: `submit`, `start`, `aclose`; `stats`, `waiting`, `open_groups`."""
+
+    def __init__(self, engine: Any, store: AssemblyStore, settings: Settings) -> None:
+        self.engine = engine  # anything with `areweight` (the engine, or the service's drain)
         self.store = store
         self.settings = settings
+        self.limits = Limits.from_settings(settings)
         self.stats = AssemblyStats()
-        self._token = uuid.uuid4().hex  # this replica's claim token
-        self._watches: dict[str, _Watch] = {}
-        self._computing: set[asyncio.Task[Any]] = set()
+        self._watches: dict[tuple[str, int], _Watch] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
         self._waiting = 0
         self._started = False
 
@@ -101,13 +122,14 @@ class GroupAssembler:
 
     @property
     def open_groups(self) -> int:
-        """Groups with a member waiting on this replica now."""
+        """Rounds with a member waiting on this replica now."""
         return len(self._watches)
 
     async def start(self) -> None:
         if not self._started:
             self._started = True
             await self.store.start(self._on_done)
+            self._spawn(self._read_fill(), "assembly-fill")
 
     async def aclose(self) -> None:
         """Answer every waiter here with a retryable 503 (with Redis another replica can still
@@ -120,237 +142,372 @@ class GroupAssembler:
                 watch.done.exception()  # retrieved: no "never retrieved" warning
             if watch.task is not None:
                 watch.task.cancel()
-        for task in list(self._computing):
+        for task in list(self._tasks):
             task.cancel()
         await self.store.aclose()
 
-    def _on_done(self, group_id: str) -> None:
-        watch = self._watches.get(group_id)
+    def _spawn(self, coro: Awaitable[T], name: str) -> asyncio.Task[T]:
+        task = asyncio.ensure_future(coro)
+        task.set_name(name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def _on_done(self, group_id: str, round: int) -> None:
+        watch = self._watches.get((group_id, round))
         if watch is not None:
             watch.event.set()
+
+    async def _read_fill(self) -> None:
+        while True:
+            try:
+                self.stats.store_groups, self.stats.store_members = await asyncio.wait_for(
+                    self.store.counts(), 5.0
+                )
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # the last reading stays; waiters report the outage
+                log.debug("assembly store fill not read: %r", e)
+            await asyncio.sleep(_FILL_PERIOD_S)
 
     # -- the call --------------------------------------------------------------------------
 
     async def submit(self, sub: MemberSubmission) -> MemberResult:
-        """Add the member and wait for its group; see MemberResult for what comes back."""
+        """Add the member and wait for its round; see MemberResult for what comes back."""
         await self.start()
-        m = self._check(sub)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + m.timeout_s
-        if self._waiting >= self.settings.assembly_max_held_members:
-            raise Overloaded(f"{self._waiting} members are already waiting here; retry later")
-        out = await self._bounded(
-            self.store.add(sub.group_id, sub.member_id, m.meta, m.record, sub.group_size),
-            deadline,
+        s = self.settings
+        m = _encode(
+            check_member(
+                sub,
+                self.limits,
+                default_timeout_s=s.assembly_timeout_s,
+                max_timeout_s=s.assembly_max_timeout_s,
+            )
         )
-        if out.kind == "done":
-            return self._answer(json.loads(out.value), m)
+        size = m.checked.group_size
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + m.checked.timeout_s
+        if self._waiting >= s.assembly_max_held_members:
+            raise Overloaded(f"{self._waiting} members are already waiting here; retry later")
+        ttl = m.checked.timeout_s + _GRACE_S + _OPEN_MARGIN_S
+        after, answered = -1, None
+        while True:  # at most three calls: its own answered round, the latest, the open one
+            out = await self._bounded(
+                self.store.add(m.gid, m.mid, m.meta, m.record, size, ttl, after), deadline
+            )
+            if out.kind != "done":
+                break
+            assert out.result is not None
+            if _is_retry(out.result, m):
+                return self._answer(out.result, m)
+            after, answered = out.round, out.result
+        if out.kind == "added" and answered is not None:
+            self._late(m, answered, out.round)
         if out.kind == "precondition":
-            self._precondition(out.value, m)
+            assert out.meta is not None
+            self._precondition(out.meta, m)
         if out.kind == "full":
             self.stats.conflicts += 1
+            self.stats.size_mismatch["full"] += 1
             raise PreconditionFailed(
-                f"group {sub.group_id!r} already has {out.count} members, none of them "
-                f"{sub.member_id!r} (group_size {sub.group_size})",
+                f"group {m.gid!r} already has its {out.count} members, none of them "
+                f"{m.mid!r}: more members were sent than its group_size {size}",
                 field="member_id",
             )
         if out.kind == "overloaded":
-            raise Overloaded(f"too many {out.value} held for assembly; retry later")
+            raise Overloaded(f"too many {out.bound} held for assembly; retry later")
         if out.kind == "exists":
-            self._same_payload(json.loads(out.value), m)
+            assert out.record is not None
+            self._same_payload(out.record.reward, out.record.digest, m)
         self.stats.members += 1
-        return await self._wait(m, deadline, out.count)
+        return await self._wait(m, out.round, out.count, deadline)
 
-    async def _wait(self, m: _Member, deadline: float, count: int) -> MemberResult:
-        gid = m.sub.group_id
-        watch = self._watches.get(gid)
+    async def _wait(self, m: _Member, rnd: int, count: int, deadline: float) -> MemberResult:
+        key = (m.gid, rnd)
+        watch = self._watches.get(key)
         if watch is None:
-            watch = self._watches[gid] = _Watch(m.sub.group_size)
-            watch.task = asyncio.create_task(self._watch(gid, watch), name=f"assembly:{gid}")
+            watch = self._watches[key] = _Watch(m.checked.group_size)
+            watch.task = asyncio.create_task(self._watch(m.gid, rnd, watch), name=f"asm:{m.gid}")
         watch.waiters += 1
-        watch.local[m.sub.member_id] = m.reward
+        watch.local[m.mid] = m.checked.reward
         self._waiting += 1
         if count >= watch.size:
             watch.event.set()
         loop = asyncio.get_running_loop()
-        # keep a slice of the budget for the timeout answer's store reads
-        reserve = min(2.0, m.timeout_s * 0.25)
         try:
             try:
                 result = await asyncio.wait_for(
-                    asyncio.shield(watch.done), max(0.0, deadline - reserve - loop.time())
+                    asyncio.shield(watch.done), max(0.0, deadline - loop.time())
                 )
             except TimeoutError:
-                return await self._timeout_answer(m, deadline, watch)
+                return await self._at_deadline(m, rnd, watch, deadline + _GRACE_S)
             return self._answer(result, m)
         finally:
             watch.waiters -= 1
             self._waiting -= 1
-            if watch.waiters == 0 and self._watches.get(gid) is watch:
-                del self._watches[gid]
+            if watch.waiters == 0 and self._watches.get(key) is watch:
+                del self._watches[key]
                 if watch.task is not None:
                     watch.task.cancel()
 
-    async def _watch(self, gid: str, watch: _Watch) -> None:
-        """Until the group's result exists: look, compute it if it is whole and nobody else is,
+    async def _watch(self, gid: str, rnd: int, watch: _Watch) -> None:
+        """Until the round's result exists: look, compute it if it is whole and nobody else is,
         sleep until woken (this replica's compute, pub/sub) or the next poll."""
-        delay, failed = 0.05, False
+        delay, retry = 0.05, False
         while True:
             watch.event.clear()
             try:
-                result, count = await asyncio.wait_for(self.store.poll(gid), 5.0)
+                result, count = await asyncio.wait_for(self.store.poll(gid, rnd), 5.0)
+                retry = False
                 if result is None and count >= watch.size:
-                    result = await self._compute_once(gid, watch.size)
+                    result = await self._compute_once(gid, rnd, watch.size)
+                    retry = result is None  # claimed elsewhere: it may be released unfinished
                 if result is not None:
                     if not watch.done.done():
-                        watch.done.set_result(json.loads(result))
+                        watch.done.set_result(result)
                     return
-                failed = False
             except asyncio.CancelledError:
                 raise
-            except Exception as e:  # Redis away, engine overloaded: try again until timeouts
-                (log.debug if failed else log.warning)("assembly of %r: %r; retrying", gid, e)
-                failed = True
-            wait = delay if (self.store.polling or failed) else None
+            except (InvalidInput, LimitExceeded) as e:  # the whole group breaks a rule
+                if not watch.done.done():
+                    watch.done.set_exception(
+                        type(e)(f"group {gid!r} cannot be reweighted: {e.message}")
+                    )
+                return
+            except Exception as e:  # Redis away, engine overloaded: try again until deadlines
+                (log.debug if retry else log.warning)("assembly of %r: %r; retrying", gid, e)
+                retry = True
+            wait = delay if (self.store.polling or retry) else None
             try:
                 await asyncio.wait_for(watch.event.wait(), wait)
             except TimeoutError:
                 delay = min(delay * 2, _POLL_MAX_S)
 
-    async def _compute_once(self, gid: str, size: int) -> str | None:
-        """Reweight the group unless another replica has claimed it; survives our waiters
-        leaving (shielded), so a claimed group is always finished or released."""
-        if not await self.store.claim(gid, self._token, _CLAIM_TTL_S):
+    async def _compute_once(self, gid: str, rnd: int, size: int) -> RoundResult | None:
+        """Reweight the round unless another replica has claimed it; survives our waiters
+        leaving (shielded), so a claimed round is always finished or released."""
+        token = uuid.uuid4().hex
+        if not await self.store.claim(gid, token, _CLAIM_TTL_S):
             return None
-        task = asyncio.create_task(self._compute(gid, size))
-        self._computing.add(task)
-        task.add_done_callback(self._computing.discard)
-        return await asyncio.shield(task)
+        compute = self._compute(gid, rnd, size, token)
+        return await asyncio.shield(self._spawn(compute, f"asm-c:{gid}"))
 
-    async def _compute(self, gid: str, size: int) -> str | None:
+    async def _compute(self, gid: str, rnd: int, size: int, token: str) -> RoundResult | None:
         try:
-            records = await self.store.members(gid)
-            if len(records) < size:  # expired under us
-                await self.store.release(gid, self._token)
-                return None
-            ids = sorted(records)
-            recs = [json.loads(records[i]) for i in ids]
-            meta = json.loads(recs[0]["meta"])
-            rewards, values = [r["r"] for r in recs], [r["v"] for r in recs]
-            group = (
-                Group(rewards=rewards, completions=values, id=gid)
-                if meta["k"] == "completion"
-                else Group(rewards=rewards, embeddings=values, id=gid)
+            group = await self.store.members(gid)
+            if group is None or group.round != rnd or len(group.members) < size:
+                return None  # expired or closed under us
+            ids = sorted(group.members)
+            recs = [group.members[i] for i in ids]
+            meta = group.meta
+            values = [r.value for r in recs]
+            rewards = [r.reward for r in recs]
+            request = ReweightRequest(
+                [
+                    Group(rewards=rewards, completions=values, id=gid)
+                    if meta.input == "completion"
+                    else Group(rewards=rewards, embeddings=values, id=gid)
+                ],
+                meta.method,
+                meta.params,
+                meta.advantages,
             )
-            request = ReweightRequest([group], meta["m"], meta["p"], meta["a"])
             out = (await self.engine.areweight(request)).groups[0]
-        except BaseException:
+            result = RoundResult(
+                round=rnd,
+                meta=meta,
+                complete=True,
+                ids=ids,
+                raw=rewards,
+                digests=[r.digest for r in recs],
+                rewards=out.rewards,
+                advantages=out.advantages,
+                mean_similarity=out.stats.mean_similarity,
+                lambda_=out.stats.lambda_,
+            )
+            stored = await self.store.finish(gid, result)
+            if stored is not None:
+                self.stats.groups_computed += 1
+            return stored
+        finally:
+            with contextlib.suppress(Exception):  # after finish: a no-op (the claim is gone)
+                await self.store.release(gid, token)
+
+    # -- deadlines -------------------------------------------------------------------------
+
+    async def _at_deadline(
+        self, m: _Member, rnd: int, watch: _Watch, answer_by: float
+    ) -> MemberResult:
+        """The member's timeout_s has passed without a result. A short round is closed now, the
+        same answer for every member present; a whole round still computing answers this member
+        raw (COMPUTING). Store calls end by `answer_by`; when the store cannot answer, the
+        members that waited on this replica stand in for those present."""
+        size = m.checked.group_size
+        try:
+            result, count = await self._bounded(self.store.poll(m.gid, rnd), answer_by)
+            if result is None and count < size:
+                result = await self._close_short(m, rnd, answer_by)
+            if result is None and count < size:  # claimed elsewhere: closing, most likely
+                loop = asyncio.get_running_loop()
+                with contextlib.suppress(TimeoutError):
+                    result = await asyncio.wait_for(
+                        asyncio.shield(watch.done), max(0.0, answer_by - loop.time())
+                    )
+            if result is not None:
+                return self._answer(result, m)
+            group = await self._bounded(self.store.members(m.gid), answer_by)
+            present = dict(watch.local)
+            if group is not None and group.round == rnd:
+                present = {mid: rec.reward for mid, rec in group.members.items()}
+            reason = MemberReason.COMPUTING if len(present) >= size else MemberReason.SHORT
+            return await self._raw_answer(m, rnd, present, reason)
+        except StoreUnavailable as e:
+            log.warning("answer for %r from this replica's members: %s", m.gid, e)
+            return await self._raw_answer(
+                m, rnd, dict(watch.local), MemberReason.STORE_UNAVAILABLE
+            )
+
+    async def _close_short(self, m: _Member, rnd: int, by: float) -> RoundResult | None:
+        """Close the round as it is (short), unless someone else holds it or it became whole."""
+        token = uuid.uuid4().hex
+        if not await self._bounded(self.store.claim(m.gid, token, _CLAIM_TTL_S), by):
+            return None
+        try:
+            for _ in range(3):  # a member may arrive between the read and the close
+                group = await self._bounded(self.store.members(m.gid), by)
+                if group is None or group.round != rnd:
+                    return None
+                if len(group.members) >= m.checked.group_size:
+                    return None  # whole after all: the watcher computes it
+                result = await self._short_result(m.gid, group)
+                stored = await self._bounded(self.store.finish(m.gid, result), by)
+                if stored is not None:
+                    return stored
+            return None
+        finally:
             with contextlib.suppress(Exception):
-                await self.store.release(gid, self._token)
-            raise
-        result = {
-            "meta": recs[0]["meta"],
-            "ids": ids,
-            "raw": [r["r"] for r in recs],
-            "d": [r["d"] for r in recs],
-            "rw": out.rewards,
-            "adv": out.advantages,
-            "ms": out.stats.mean_similarity,
-            "lam": out.stats.lambda_,
-        }
-        self.stats.groups_computed += 1
-        return await self.store.finish(gid, json.dumps(result))
+                await self.store.release(m.gid, token)
+
+    async def _short_result(self, gid: str, group: OpenRound) -> RoundResult:
+        ids = sorted(group.members)
+        raw = [group.members[i].reward for i in ids]
+        return RoundResult(
+            round=group.round,
+            meta=group.meta,
+            complete=False,
+            ids=ids,
+            raw=raw,
+            digests=[group.members[i].digest for i in ids],
+            rewards=raw,
+            advantages=await self._advantages(raw, group.meta.advantages),
+            mean_similarity=None,
+            lambda_=None,
+        )
+
+    async def _raw_answer(
+        self, m: _Member, rnd: int, present: dict[str, float], reason: MemberReason
+    ) -> MemberResult:
+        """This member alone answered raw, over the members `present` (not stored)."""
+        present[m.mid] = m.checked.reward  # present even if its round expired meanwhile
+        ids = sorted(present)
+        adv = await self._advantages([present[i] for i in ids], m.meta.advantages)
+        self.stats.timeouts += 1
+        return MemberResult(
+            group_id=m.gid,
+            member_id=m.mid,
+            reward=m.checked.reward,
+            raw_reward=m.checked.reward,
+            advantage=adv[ids.index(m.mid)] if adv is not None else None,
+            complete=False,
+            reason=reason,
+            stats=None,
+            members=len(ids),
+            round=rnd,
+        )
+
+    async def _advantages(self, raw: Sequence[float], kind: str) -> list[float] | None:
+        """Advantages of raw rewards, by the engine like every other number: method "none"
+        leaves the rewards as they are and ignores similarity, so unit placeholder vectors
+        stand in for the texts (nothing is embedded for an incomplete round)."""
+        if kind == AdvantageKind.NONE:
+            return None
+        group = Group(rewards=list(raw), embeddings=np.ones((len(raw), 1), dtype=np.float32))
+        out = await self.engine.areweight(ReweightRequest([group], Method.NONE, {}, kind))
+        return out.groups[0].advantages
 
     # -- answers ---------------------------------------------------------------------------
 
-    def _answer(self, result: dict[str, Any], m: _Member) -> MemberResult:
-        sub = m.sub
-        if result["meta"] != m.meta:
-            self._precondition(result["meta"], m)
-        try:
-            i = result["ids"].index(sub.member_id)
-        except ValueError:
-            self.stats.conflicts += 1
-            raise PreconditionFailed(
-                f"group {sub.group_id!r} is already complete without member {sub.member_id!r}",
-                field="member_id",
-            ) from None
-        self._same_payload({"r": result["raw"][i], "d": result["d"][i]}, m)
-        adv = result["adv"]
+    def _answer(self, result: RoundResult, m: _Member) -> MemberResult:
+        if result.meta != m.meta:
+            self._precondition(result.meta, m)
+        if m.mid not in result.ids:  # finish checks the count: only a store that lost state
+            raise StoreUnavailable(
+                f"round {result.round} of group {m.gid!r} was answered without member "
+                f"{m.mid!r}; send it again"
+            )
+        i = result.ids.index(m.mid)
+        self._same_payload(result.raw[i], result.digests[i], m)
+        if not result.complete:
+            self.stats.timeouts += 1
         return MemberResult(
-            group_id=sub.group_id,
-            member_id=sub.member_id,
-            reward=result["rw"][i],
-            raw_reward=result["raw"][i],
-            advantage=adv[i] if adv is not None else None,
-            complete=True,
-            reason=None,
-            stats=GroupStats(mean_similarity=result["ms"], lambda_=result["lam"]),
-            members=len(result["ids"]),
+            group_id=m.gid,
+            member_id=m.mid,
+            reward=result.rewards[i],
+            raw_reward=result.raw[i],
+            advantage=result.advantages[i] if result.advantages is not None else None,
+            complete=result.complete,
+            reason=None if result.complete else MemberReason.SHORT,
+            stats=(
+                GroupStats(result.mean_similarity, result.lambda_)
+                if result.complete and result.mean_similarity is not None
+                else None
+            ),
+            members=len(result.ids),
+            round=result.round,
         )
 
-    async def _timeout_answer(self, m: _Member, deadline: float, watch: _Watch) -> MemberResult:
-        """The group is still short: raw reward, advantage over the members present. When the
-        store cannot say who is present by the deadline (Redis down or swamped), over the
-        members that waited on this replica: a degraded answer on time rather than an error."""
-        try:
-            result, _ = await self._bounded(self.store.poll(m.sub.group_id), deadline)
-            if result is not None:  # finished just now
-                return self._answer(json.loads(result), m)
-            records = await self._bounded(self.store.members(m.sub.group_id), deadline)
-            raw = {mid: json.loads(rec)["r"] for mid, rec in records.items()}
-        except StoreUnavailable as e:
-            log.warning("timeout answer for %r from this replica's members: %s", m.sub.group_id, e)
-            raw = dict(watch.local)
-        raw[m.sub.member_id] = m.reward  # present even if the open group expired meanwhile
-        ids = sorted(raw)
-        adv = None
-        if m.sub.advantages != "none":
-            values = torch.tensor([raw[i] for i in ids], dtype=torch.float32)
-            adv = float(advantage_fn(values, m.sub.advantages)[ids.index(m.sub.member_id)])
-        self.stats.timeouts += 1
-        return MemberResult(
-            group_id=m.sub.group_id,
-            member_id=m.sub.member_id,
-            reward=m.reward,
-            raw_reward=m.reward,
-            advantage=adv,
-            complete=False,
-            reason="timeout",
-            stats=None,
-            members=len(ids),
-        )
+    def _late(self, m: _Member, result: RoundResult, rnd: int) -> None:
+        self.stats.size_mismatch["late"] += 1
+        state = "complete" if result.complete else "short"
+        log.warning(
+            "member %r of group %r arrived after round %d was answered (%s, %d of %d members): "
+            "it is in round %d. A group_size below the members sent, or members later than "
+            "their siblings' timeout_s, do this",
+            m.mid, m.gid, result.round, state, len(result.ids), result.meta.group_size, rnd,
+        )  # fmt: skip
 
-    # -- checks ----------------------------------------------------------------------------
-
-    def _precondition(self, stored_meta: str, m: _Member) -> None:
+    def _precondition(self, have: GroupMeta, m: _Member) -> None:
         self.stats.conflicts += 1
-        have, want = json.loads(stored_meta), json.loads(m.meta)
-        for key, name in _META_FIELDS:
-            if have[key] != want[key]:
+        want = m.meta
+        for name in ("group_size", "method", "params", "advantages"):
+            if getattr(have, name) != getattr(want, name):
+                if name == "group_size":
+                    self.stats.size_mismatch["declared"] += 1
                 raise PreconditionFailed(
-                    f"is {want[key]!r} but group {m.sub.group_id!r} has {have[key]!r}", field=name
+                    f"is {getattr(want, name)!r} but group {m.gid!r} has "
+                    f"{getattr(have, name)!r}",
+                    field=name,
                 )
-        if have["k"] != want["k"]:
+        if have.input != want.input:
             raise PreconditionFailed(
-                f"group {m.sub.group_id!r} members give {have['k']}s", field=m.kind
+                f"group {m.gid!r} members give {have.input}s", field=want.input
             )
         raise PreconditionFailed(
-            f"has dimension {want['dim']} but group {m.sub.group_id!r} has {have['dim']}",
-            field="embedding",
+            f"has dimension {want.dim} but group {m.gid!r} has {have.dim}", field="embedding"
         )
 
-    def _same_payload(self, stored: dict[str, Any], m: _Member) -> None:
-        for key, name in (("r", "reward"), ("d", m.kind)):
-            if stored[key] != (m.reward if key == "r" else m.digest):
+    def _same_payload(self, reward: float, digest: str, m: _Member) -> None:
+        for same, name in ((reward == m.record.reward, "reward"),
+                           (digest == m.record.digest, m.meta.input)):
+            if not same:
                 self.stats.conflicts += 1
                 raise Conflict(
-                    f"member {m.sub.member_id!r} of group {m.sub.group_id!r} was already sent "
-                    f"with a different {name}",
+                    f"member {m.mid!r} of group {m.gid!r} was already sent with a different "
+                    f"{name}",
                     field=name,
                 )
 
-    async def _bounded(self, awaitable: Any, deadline: float) -> Any:
+    async def _bounded(self, awaitable: Awaitable[T], deadline: float) -> T:
         """A store call that cannot outlive the member's deadline."""
         left = deadline - asyncio.get_running_loop().time()
         try:
@@ -359,70 +516,31 @@ class GroupAssembler:
             op = getattr(awaitable, "__qualname__", "call")
             raise StoreUnavailable(f"the assembly store did not answer in time ({op})") from None
 
-    def _check(self, sub: MemberSubmission) -> _Member:
-        s = self.settings
-        for name in ("group_id", "member_id"):
-            value = getattr(sub, name)
-            if not isinstance(value, str) or not value:
-                raise InvalidInput("must be a non-empty string", field=name)
-            if len(value) > _MAX_ID_CHARS:
-                raise InvalidInput(f"longer than {_MAX_ID_CHARS} characters", field=name)
-        size = sub.group_size
-        if isinstance(size, bool) or not isinstance(size, int | np.integer) or size < 1:
-            raise InvalidInput("must be a positive integer", field="group_size")
-        if size > s.max_group_size:
-            raise LimitExceeded(
-                f"{size} exceeds the group limit of {s.max_group_size}", field="group_size"
-            )
-        timeout = s.assembly_timeout_s if sub.timeout_s is None else sub.timeout_s
-        if isinstance(timeout, bool) or not isinstance(timeout, int | float):
-            raise InvalidInput("must be a number of seconds", field="timeout_s")
-        if not math.isfinite(timeout) or timeout <= 0:
-            raise InvalidInput("must be a positive number of seconds", field="timeout_s")
-        timeout = min(float(timeout), s.assembly_max_timeout_s)
-        has_c, has_e = sub.completion is not None, sub.embedding is not None
-        if has_c == has_e:
-            raise InvalidInput("give either completion or embedding", field="completion")
-        group = (
-            Group(rewards=[sub.reward], completions=[sub.completion])
-            if has_c
-            else Group(rewards=[sub.reward], embeddings=[sub.embedding])
-        )
-        try:
-            self.engine.validate(
-                ReweightRequest([group], sub.method, dict(sub.params or {}), sub.advantages)
-            )
-        except ReweighterError as e:
-            raise type(e)(e.message, field=_member_field(e.field)) from e
-        spec = get_method(sub.method)
-        params = spec.params_model.model_validate(dict(sub.params or {})).model_dump(
-            by_alias=True
-        )
-        reward = float(sub.reward)
-        if has_c:
-            kind, value, dim = "completion", sub.completion, None
-            digest = hashlib.sha256(str(value).encode("utf-8", "surrogatepass")).hexdigest()
-        else:
-            arr = np.asarray(sub.embedding, dtype=np.float32)
-            kind, value, dim = "embedding", arr.tolist(), int(arr.shape[0])
-            digest = hashlib.sha256(arr.tobytes()).hexdigest()
-        meta = json.dumps(
-            {"n": int(size), "m": spec.name, "p": params, "a": sub.advantages, "k": kind,
-             "dim": dim},
-            sort_keys=True,
-            separators=(",", ":"),
-        )
-        record = json.dumps({"r": reward, "d": digest, "v": value, "meta": meta})
-        return _Member(sub, reward, kind, digest, meta, record, timeout)
+
+def _encode(c: CheckedMember) -> _Member:
+    """The member as the store keeps it; the meta is what its round's members must share."""
+    if c.completion is not None:
+        digest = hashlib.sha256(c.completion.encode("utf-8")).hexdigest()
+        value: str | list[float] = c.completion
+        kind, dim = "completion", None
+    else:
+        assert c.embedding is not None
+        digest = hashlib.sha256(c.embedding.tobytes()).hexdigest()
+        value, kind, dim = c.embedding.tolist(), "embedding", int(c.embedding.shape[0])
+    meta = GroupMeta(
+        group_size=c.group_size,
+        method=c.method.value,
+        params=c.params.model_dump(mode="json", by_alias=True),
+        advantages=c.advantages.value,
+        input=kind,
+        dim=dim,
+    )
+    return _Member(c, meta, MemberRecord(reward=c.reward, digest=digest, value=value))
 
 
-def _member_field(field: str | None) -> str | None:
-    """The engine names fields of a one-member request (groups[0].rewards[0]); a member's
-    fields are flat."""
-    if field is None or not field.startswith("groups"):
-        return field
-    for part, name in (("rewards", "reward"), ("completions", "completion"),
-                       ("embeddings", "embedding")):
-        if part in field:
-            return name
-    return "completion"
+def _is_retry(result: RoundResult, m: _Member) -> bool:
+    """The member as it was in an answered round: same group settings, id and payload."""
+    if result.meta != m.meta or m.mid not in result.ids:
+        return False
+    i = result.ids.index(m.mid)
+    return result.raw[i] == m.record.reward and result.digests[i] == m.record.digest

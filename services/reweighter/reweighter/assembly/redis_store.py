@@ -1,12 +1,15 @@
 """Assembly state in Redis, shared by every replica: Lua scripts keep each operation atomic.
 
 Keys under `prefix` (one Redis, not Redis Cluster: scripts touch the shared bookkeeping keys):
-  g:{id}:meta, g:{id}:m (hash member -> record)   an open group; PEXPIRE open_ttl, refreshed
-  g:{id}:res                                      a finished group's result; PEXPIRE result_ttl
-  g:{id}:claim                                    who computes it (SET NX PX)
+  g:{id}:meta, g:{id}:m (hash member -> record), g:{id}:on (its round number)
+                          the open round; expire at the latest deadline of its members + margin
+  g:{id}:res:{k}, g:{id}:rn, g:{id}:ans (hash member -> its last answered round)
+                          round k's result, the last answered round; PEXPIRE result_ttl
+  g:{id}:claim            who computes or closes the open round (SET NX PX)
   open (zset id -> expiry ms), sizes (hash id -> members), held (counter)   the bounds
-  done (pub/sub channel)                          finished group ids, to every replica
-Bookkeeping of expired groups is pruned inside `add`, so the bounds heal themselves.
+  done (pub/sub channel)  "{k}:{id}" of every answered round, to every replica
+Bookkeeping of expired groups is pruned inside `add` and `counts`, so the bounds heal themselves.
+Values are the canonical JSON of records.py's versioned models.
 
 Every call has a short socket timeout and no retries: when Redis is gone a call fails fast with
 StoreUnavailable, and the assembler turns that into an error or a timeout answer.
@@ -18,63 +21,104 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
 from typing import Any
 
 from ..errors import StoreUnavailable
-from .store import AddOutcome, AssemblyStore, Limits
+from .records import GroupMeta, MemberRecord, OpenRound, RoundResult
+from .store import AddOutcome, AssemblyStore, Limits, OnDone
 
 log = logging.getLogger(__name__)
 
-_ADD = """
-local now = tonumber(ARGV[5])
-local ttl = tonumber(ARGV[6])
-local expired = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, 1000)
-for _, g in ipairs(expired) do
-  local n = tonumber(redis.call('HGET', KEYS[5], g) or '0')
-  redis.call('DECRBY', KEYS[6], n)
-  redis.call('HDEL', KEYS[5], g)
-  redis.call('ZREM', KEYS[4], g)
-end
-local res = redis.call('GET', KEYS[3])
-if res then return {'done', '0', res} end
-local meta = redis.call('GET', KEYS[1])
-local count = redis.call('HLEN', KEYS[2])
-if meta and meta ~= ARGV[2] then return {'precondition', tostring(count), meta} end
-if meta then
-  local rec = redis.call('HGET', KEYS[2], ARGV[1])
-  if rec then
-    redis.call('PEXPIRE', KEYS[1], ttl)
-    redis.call('PEXPIRE', KEYS[2], ttl)
-    redis.call('ZADD', KEYS[4], now + ttl, ARGV[9])
-    return {'exists', tostring(count), rec}
+# KEYS: meta, m, on, rn, res prefix, open, sizes, held, claim, ans
+_PRUNE = """
+local function prune(now)
+  local expired = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now, 'LIMIT', 0, 1000)
+  for _, g in ipairs(expired) do
+    local n = tonumber(redis.call('HGET', KEYS[7], g) or '0')
+    redis.call('DECRBY', KEYS[8], n)
+    redis.call('HDEL', KEYS[7], g)
+    redis.call('ZREM', KEYS[6], g)
   end
-  if count >= tonumber(ARGV[4]) then return {'full', tostring(count), ''} end
-elseif redis.call('ZCARD', KEYS[4]) >= tonumber(ARGV[7]) then
-  return {'overloaded', '0', 'groups'}
 end
-if tonumber(redis.call('GET', KEYS[6]) or '0') >= tonumber(ARGV[8]) then
-  return {'overloaded', '0', 'members'}
-end
-redis.call('SET', KEYS[1], ARGV[2], 'PX', ttl)
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
-redis.call('PEXPIRE', KEYS[2], ttl)
-redis.call('ZADD', KEYS[4], now + ttl, ARGV[9])
-redis.call('HINCRBY', KEYS[5], ARGV[9], 1)
-redis.call('INCR', KEYS[6])
-return {'added', tostring(count + 1), ''}
 """
 
+# ARGV: member, meta, record, size, now ms, ttl ms, max groups, max held, group id, after round
+_ADD = _PRUNE + """
+local now = tonumber(ARGV[5])
+local ttl = tonumber(ARGV[6])
+prune(now)
+if tonumber(ARGV[10]) < 0 then
+  local mine = redis.call('HGET', KEYS[10], ARGV[1])
+  if mine then
+    local res = redis.call('GET', KEYS[5] .. mine)
+    if res then return {'done', mine, '0', res} end
+  end
+end
+local rn = tonumber(redis.call('GET', KEYS[4]) or '-1')
+if rn > tonumber(ARGV[10]) then
+  local res = redis.call('GET', KEYS[5] .. rn)
+  if res then return {'done', tostring(rn), '0', res} end
+end
+local meta = redis.call('GET', KEYS[1])
+local count = redis.call('HLEN', KEYS[2])
+local on = tonumber(redis.call('GET', KEYS[3]) or tostring(rn + 1))
+local function extend()
+  for _, k in ipairs({KEYS[1], KEYS[2], KEYS[3]}) do
+    if redis.call('PTTL', k) < ttl then redis.call('PEXPIRE', k, ttl) end
+  end
+  redis.call('ZADD', KEYS[6], 'GT', now + ttl, ARGV[9])
+end
+if meta then
+  if meta ~= ARGV[2] then return {'precondition', tostring(on), tostring(count), meta} end
+  local rec = redis.call('HGET', KEYS[2], ARGV[1])
+  if rec then
+    extend()
+    return {'exists', tostring(on), tostring(count), rec}
+  end
+  if count >= tonumber(ARGV[4]) then return {'full', tostring(on), tostring(count), ''} end
+elseif redis.call('ZCARD', KEYS[6]) >= tonumber(ARGV[7]) then
+  return {'overloaded', '0', '0', 'groups'}
+end
+if tonumber(redis.call('GET', KEYS[8]) or '0') >= tonumber(ARGV[8]) then
+  return {'overloaded', '0', '0', 'members'}
+end
+if not meta then
+  on = rn + 1
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ttl)
+  redis.call('SET', KEYS[3], tostring(on), 'PX', ttl)
+  redis.call('DEL', KEYS[2])
+end
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
+extend()
+redis.call('HINCRBY', KEYS[7], ARGV[9], 1)
+redis.call('INCR', KEYS[8])
+return {'added', tostring(on), tostring(count + 1), ''}
+"""
+
+# ARGV: result, result ttl ms, group id, channel, round, member count, member ids...
 _FINISH = """
-local res = redis.call('GET', KEYS[3])
+local k = ARGV[5]
+local res = redis.call('GET', KEYS[5] .. k)
 if res then return res end
-redis.call('SET', KEYS[3], ARGV[1], 'PX', tonumber(ARGV[2]))
-local n = tonumber(redis.call('HGET', KEYS[5], ARGV[3]) or '0')
-if redis.call('ZREM', KEYS[4], ARGV[3]) == 1 then redis.call('DECRBY', KEYS[6], n) end
-redis.call('HDEL', KEYS[5], ARGV[3])
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[7])
-redis.call('PUBLISH', ARGV[4], ARGV[3])
+if redis.call('GET', KEYS[3]) ~= k or not redis.call('GET', KEYS[1]) then return '' end
+if redis.call('HLEN', KEYS[2]) ~= tonumber(ARGV[6]) then return '' end
+local ttl = tonumber(ARGV[2])
+redis.call('SET', KEYS[5] .. k, ARGV[1], 'PX', ttl)
+local rn = tonumber(redis.call('GET', KEYS[4]) or '-1')
+if tonumber(k) > rn then redis.call('SET', KEYS[4], k, 'PX', ttl) end
+for i = 7, #ARGV do redis.call('HSET', KEYS[10], ARGV[i], k) end
+redis.call('PEXPIRE', KEYS[10], ttl)
+local n = tonumber(redis.call('HGET', KEYS[7], ARGV[3]) or '0')
+if redis.call('ZREM', KEYS[6], ARGV[3]) == 1 then redis.call('DECRBY', KEYS[8], n) end
+redis.call('HDEL', KEYS[7], ARGV[3])
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[9])
+redis.call('PUBLISH', ARGV[4], k .. ':' .. ARGV[3])
 return ARGV[1]
+"""
+
+_COUNTS = _PRUNE + """
+prune(tonumber(ARGV[1]))
+return {redis.call('ZCARD', KEYS[6]), tonumber(redis.call('GET', KEYS[8]) or '0')}
 """
 
 _RELEASE = """
@@ -117,14 +161,16 @@ class RedisStore(AssemblyStore):
         self._redis = aioredis.Redis(connection_pool=pool)
         self._add = self._redis.register_script(_ADD)
         self._finish = self._redis.register_script(_FINISH)
+        self._counts = self._redis.register_script(_COUNTS)
         self._release = self._redis.register_script(_RELEASE)
         self._listener: asyncio.Task[None] | None = None
 
     def _keys(self, gid: str) -> list[str]:
         g, p = f"{self.prefix}g:{gid}", self.prefix
         return [
-            f"{g}:meta", f"{g}:m", f"{g}:res", f"{p}open", f"{p}sizes", f"{p}held", f"{g}:claim"
-        ]
+            f"{g}:meta", f"{g}:m", f"{g}:on", f"{g}:rn", f"{g}:res:",
+            f"{p}open", f"{p}sizes", f"{p}held", f"{g}:claim", f"{g}:ans",
+        ]  # fmt: skip
 
     async def _call(self, awaitable: Any) -> Any:
         try:
@@ -133,60 +179,102 @@ class RedisStore(AssemblyStore):
             raise StoreUnavailable(f"assembly store (Redis) failed: {e}") from e
 
     async def add(
-        self, group_id: str, member_id: str, meta: str, record: str, group_size: int
+        self,
+        group_id: str,
+        member_id: str,
+        meta: GroupMeta,
+        record: MemberRecord,
+        group_size: int,
+        ttl_s: float,
+        after_round: int = -1,
     ) -> AddOutcome:
         lim = self.limits
         args = [
             member_id,
-            meta,
-            record,
+            meta.dump(),
+            record.dump(),
             group_size,
             int(time.time() * 1000),
-            max(1, int(lim.open_ttl_s * 1000)),
+            max(1, int(ttl_s * 1000)),
             lim.max_open_groups,
             lim.max_held_members,
             group_id,
+            after_round,
         ]
-        kind, count, value = await self._call(self._add(keys=self._keys(group_id)[:6], args=args))
-        return AddOutcome(kind, int(count), value)
+        kind, rnd, count, value = await self._call(
+            self._add(keys=self._keys(group_id), args=args)
+        )
+        out = AddOutcome(kind, int(rnd), int(count))
+        if kind == "done":
+            return AddOutcome(kind, out.round, result=RoundResult.load(value))
+        if kind == "exists":
+            return AddOutcome(kind, out.round, out.count, record=MemberRecord.load(value))
+        if kind == "precondition":
+            return AddOutcome(kind, out.round, out.count, meta=GroupMeta.load(value))
+        if kind == "overloaded":
+            return AddOutcome(kind, bound=value)
+        return out
 
-    async def poll(self, group_id: str) -> tuple[str | None, int]:
+    async def poll(self, group_id: str, round: int) -> tuple[RoundResult | None, int]:
         keys = self._keys(group_id)
         async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.get(f"{keys[4]}{round}")
             pipe.get(keys[2])
             pipe.hlen(keys[1])
-            res, count = await self._call(pipe.execute())
-        return res, int(count)
+            res, on, count = await self._call(pipe.execute())
+        if res is not None:
+            return RoundResult.load(res), 0
+        return None, int(count) if on == str(round) else 0
 
-    async def members(self, group_id: str) -> dict[str, str]:
-        return await self._call(self._redis.hgetall(self._keys(group_id)[1]))
+    async def members(self, group_id: str) -> OpenRound | None:
+        keys = self._keys(group_id)
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.get(keys[0])
+            pipe.get(keys[2])
+            pipe.hgetall(keys[1])
+            meta, on, records = await self._call(pipe.execute())
+        if meta is None or on is None:
+            return None
+        return OpenRound(
+            round=int(on),
+            meta=GroupMeta.load(meta),
+            members={mid: MemberRecord.load(rec) for mid, rec in records.items()},
+        )
 
     async def claim(self, group_id: str, token: str, ttl_s: float) -> bool:
-        key = self._keys(group_id)[6]
+        key = self._keys(group_id)[8]
         px = max(1, int(ttl_s * 1000))
         return bool(await self._call(self._redis.set(key, token, nx=True, px=px)))
 
     async def release(self, group_id: str, token: str) -> None:
-        await self._call(self._release(keys=[self._keys(group_id)[6]], args=[token]))
+        await self._call(self._release(keys=[self._keys(group_id)[8]], args=[token]))
 
-    async def finish(self, group_id: str, result: str) -> str:
-        args = [result, max(1, int(self.limits.result_ttl_s * 1000)), group_id, self.channel]
-        return await self._call(self._finish(keys=self._keys(group_id), args=args))
+    async def finish(self, group_id: str, result: RoundResult) -> RoundResult | None:
+        args = [
+            result.dump(),
+            max(1, int(self.limits.result_ttl_s * 1000)),
+            group_id,
+            self.channel,
+            result.round,
+            len(result.ids),
+            *result.ids,
+        ]
+        stored = await self._call(self._finish(keys=self._keys(group_id), args=args))
+        return RoundResult.load(stored) if stored else None
 
     async def counts(self) -> tuple[int, int]:
-        p = self.prefix
-        async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.zcount(f"{p}open", int(time.time() * 1000), "+inf")
-            pipe.get(f"{p}held")
-            groups, held = await self._call(pipe.execute())
-        return int(groups), int(held or 0)
+        keys = self._keys("")
+        groups, held = await self._call(
+            self._counts(keys=keys[:8], args=[int(time.time() * 1000)])
+        )
+        return int(groups), int(held)
 
-    async def start(self, on_done: Callable[[str], None]) -> None:
+    async def start(self, on_done: OnDone) -> None:
         if self._listener is None:
             self._listener = asyncio.create_task(self._listen(on_done), name="assembly-pubsub")
 
-    async def _listen(self, on_done: Callable[[str], None]) -> None:
-        """Deliver finished group ids; reconnect with backoff after an outage (waiters poll
+    async def _listen(self, on_done: OnDone) -> None:
+        """Deliver answered rounds; reconnect with backoff after an outage (waiters poll
         meanwhile, so a message lost while disconnected only costs a poll interval)."""
         delay = 0.1
         while True:
@@ -197,7 +285,8 @@ class RedisStore(AssemblyStore):
                 while True:
                     msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=5.0)
                     if msg is not None and msg.get("type") == "message":
-                        on_done(str(msg["data"]))
+                        rnd, _, gid = str(msg["data"]).partition(":")
+                        on_done(gid, int(rnd))
             except asyncio.CancelledError:
                 raise
             except Exception as e:

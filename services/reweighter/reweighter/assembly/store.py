@@ -1,39 +1,54 @@
 """Where assembly state lives: one small interface, in process by default, Redis when configured.
 
-The store holds opaque strings (the assembler encodes them): per open group a meta string (what
-every member must agree on) and member records; per finished group one result string. Each
-operation is atomic, so the assembler's rules are the same whichever store is behind it, and
-every piece of state expires: open groups `open_ttl_s` after their last arrival, results
-`result_ttl_s` after they were written.
+Per group id the store holds at most one *open round* (its meta, what every member must agree
+on, and its member records) and the *results* of answered rounds (reweighted when the round was
+whole, raw when it closed short at a deadline). A member never joins an answered round: once a
+round has a result, the next arrival that is not a retry of it opens round + 1. Each operation is
+atomic, so the assembler's rules are the same whichever store is behind it, and every piece of
+state expires: an open round at the latest deadline of its members (plus `ttl_s`'s margin; the
+assembler closes it sooner, at the first deadline or when it is whole), results `result_ttl_s`
+after they were written. Records are the typed, versioned models of records.py.
 """
 
 from __future__ import annotations
 
+import heapq
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
+from .records import GroupMeta, MemberRecord, OpenRound, RoundResult
+
 Outcome = Literal["added", "exists", "done", "precondition", "full", "overloaded"]
 
 
 @dataclass(frozen=True)
 class AddOutcome:
-    """What `add` found. `value`: the stored member record (exists), result (done), group meta
-    (precondition), or which bound was hit, "groups" or "members" (overloaded)."""
+    """What `add` found. `round`: the open round the member is in (added, exists), the round
+    it did not fit (precondition, full) or the answered round (done). `record`: the stored
+    member (exists); `result`: the answered round (done); `meta`: the open round's (precondition);
+    `bound`: "groups" or "members" (overloaded)."""
 
     kind: Outcome
+    round: int = 0
     count: int = 0
-    value: str = ""
+    record: MemberRecord | None = None
+    result: RoundResult | None = None
+    meta: GroupMeta | None = None
+    bound: str = ""
 
 
 @dataclass(frozen=True)
 class Limits:
     max_open_groups: int
     max_held_members: int
-    open_ttl_s: float
     result_ttl_s: float
+
+
+OnDone = Callable[[str, int], None]
+"""Called with (group id, round) when a round gets its result."""
 
 
 class AssemblyStore:
@@ -43,36 +58,51 @@ class AssemblyStore:
     polling: bool = False
 
     async def add(
-        self, group_id: str, member_id: str, meta: str, record: str, group_size: int
+        self,
+        group_id: str,
+        member_id: str,
+        meta: GroupMeta,
+        record: MemberRecord,
+        group_size: int,
+        ttl_s: float,
+        after_round: int = -1,
     ) -> AddOutcome:
-        """Add a member unless: the group is finished (done), its meta differs (precondition),
-        the member is already there (exists), the group is full (full) or a bound is hit."""
+        """Add a member to the group's open round (opening one if there is none) and keep the
+        round at least `ttl_s` longer, unless a round has been answered that the caller has not
+        seen (done, with its result: first the latest round holding this member id, else the
+        latest round later than `after_round`; the caller answers a retry from it, or calls
+        again with `after_round` = that round), the open round's meta differs (precondition),
+        the member is already in it (exists), it is whole (full) or a bound is hit
+        (overloaded)."""
         raise NotImplementedError
 
-    async def poll(self, group_id: str) -> tuple[str | None, int]:
-        """(result or None, members held)."""
+    async def poll(self, group_id: str, round: int) -> tuple[RoundResult | None, int]:
+        """(the round's result or None, members held when it is the open round, else 0)."""
         raise NotImplementedError
 
-    async def members(self, group_id: str) -> dict[str, str]:
+    async def members(self, group_id: str) -> OpenRound | None:
+        """The open round, or None."""
         raise NotImplementedError
 
     async def claim(self, group_id: str, token: str, ttl_s: float) -> bool:
-        """Take the right to compute the group (once across replicas) for ttl_s."""
+        """Take the right to compute or close the open round (once across replicas) for ttl_s."""
         raise NotImplementedError
 
     async def release(self, group_id: str, token: str) -> None:
         raise NotImplementedError
 
-    async def finish(self, group_id: str, result: str) -> str:
-        """Store the result and drop the group's members; returns the result that won (a
-        result already there is kept). Wakes every replica's waiters through `on_done`."""
+    async def finish(self, group_id: str, result: RoundResult) -> RoundResult | None:
+        """Store the round's result and drop its members, if that round is still open with
+        exactly `result.ids` members; returns the round's stored result (a result already there
+        wins), or None when the round is no longer as read (expired, or a member arrived: read
+        it again). Wakes every replica's waiters through `on_done`."""
         raise NotImplementedError
 
-    async def start(self, on_done: Callable[[str], None]) -> None:
-        """Begin delivering group ids of finished groups to `on_done` (on the running loop)."""
+    async def start(self, on_done: OnDone) -> None:
+        """Begin delivering finished rounds to `on_done` (on the running loop)."""
 
     async def counts(self) -> tuple[int, int]:
-        """(open groups, held members) across the whole store."""
+        """(open groups, held members) across the whole store: its fill against the bounds."""
         raise NotImplementedError
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook
@@ -81,38 +111,45 @@ class AssemblyStore:
 
 @dataclass
 class _Open:
-    meta: str
-    members: dict[str, str] = field(default_factory=dict)
-    expires: float = 0.0
+    round: int
+    meta: GroupMeta
+    expires: float
+    members: dict[str, MemberRecord] = field(default_factory=dict)
 
 
 class MemoryStore(AssemblyStore):
     """One process's state in dicts. Operations never await, so each is atomic on the loop.
 
-    TTLs are constant, so insertion order (refreshed with move_to_end) is expiry order and
-    pruning only ever looks at the front of each dict.
+    Open rounds expire on a heap of (expiry, group id) with lazy deletion (a round's expiry only
+    grows); results have one TTL, so their insertion order is their expiry order.
     """
 
     def __init__(self, limits: Limits, clock: Callable[[], float] = time.monotonic) -> None:
         self.limits = limits
         self._clock = clock
-        self._open: OrderedDict[str, _Open] = OrderedDict()
-        self._results: OrderedDict[str, tuple[str, float]] = OrderedDict()
+        self._open: dict[str, _Open] = {}
+        self._expiry: list[tuple[float, str]] = []
+        self._results: OrderedDict[tuple[str, int], tuple[RoundResult, float]] = OrderedDict()
+        self._latest: dict[str, int] = {}  # group id -> its last answered round
+        self._answered: dict[str, dict[str, int]] = {}  # group id -> member -> its last round
         self._claims: dict[str, tuple[str, float]] = {}
         self._held = 0
-        self._on_done: Callable[[str], None] | None = None
+        self._on_done: OnDone | None = None
 
     def _prune(self, now: float) -> None:
-        while self._open:
-            gid, group = next(iter(self._open.items()))
-            if group.expires > now:
-                break
-            self._drop(gid)
+        while self._expiry and self._expiry[0][0] <= now:
+            _, gid = heapq.heappop(self._expiry)
+            group = self._open.get(gid)
+            if group is not None and group.expires <= now:
+                self._drop(gid)
         while self._results:
-            gid, (_, expires) = next(iter(self._results.items()))
+            (gid, rnd), (_, expires) = next(iter(self._results.items()))
             if expires > now:
                 break
-            del self._results[gid]
+            del self._results[(gid, rnd)]
+            if self._latest.get(gid) == rnd:
+                del self._latest[gid]
+                self._answered.pop(gid, None)
         for gid in [g for g, (_, exp) in self._claims.items() if exp <= now]:
             del self._claims[gid]
 
@@ -122,45 +159,61 @@ class MemoryStore(AssemblyStore):
             self._held -= len(group.members)
 
     async def add(
-        self, group_id: str, member_id: str, meta: str, record: str, group_size: int
+        self,
+        group_id: str,
+        member_id: str,
+        meta: GroupMeta,
+        record: MemberRecord,
+        group_size: int,
+        ttl_s: float,
+        after_round: int = -1,
     ) -> AddOutcome:
         now = self._clock()
         self._prune(now)
-        if group_id in self._results:
-            return AddOutcome("done", value=self._results[group_id][0])
+        mine = self._answered.get(group_id, {}).get(member_id) if after_round < 0 else None
+        if mine is not None and (group_id, mine) in self._results:
+            return AddOutcome("done", mine, result=self._results[(group_id, mine)][0])
+        latest = self._latest.get(group_id, -1)
+        if latest > after_round:
+            return AddOutcome("done", latest, result=self._results[(group_id, latest)][0])
         group = self._open.get(group_id)
-        if group is not None and group.meta != meta:
-            return AddOutcome("precondition", len(group.members), group.meta)
-        if group is not None and member_id in group.members:
-            self._touch(group_id, group, now)
-            return AddOutcome("exists", len(group.members), group.members[member_id])
-        if group is not None and len(group.members) >= group_size:
-            return AddOutcome("full", len(group.members))
-        if group is None and len(self._open) >= self.limits.max_open_groups:
-            return AddOutcome("overloaded", value="groups")
+        if group is not None:
+            n = len(group.members)
+            if group.meta != meta:
+                return AddOutcome("precondition", group.round, n, meta=group.meta)
+            if member_id in group.members:
+                self._extend(group_id, group, now + ttl_s)
+                return AddOutcome("exists", group.round, n, record=group.members[member_id])
+            if n >= group_size:
+                return AddOutcome("full", group.round, n)
+        elif len(self._open) >= self.limits.max_open_groups:
+            return AddOutcome("overloaded", bound="groups")
         if self._held >= self.limits.max_held_members:
-            return AddOutcome("overloaded", value="members")
+            return AddOutcome("overloaded", bound="members")
         if group is None:
-            group = self._open[group_id] = _Open(meta)
+            group = self._open[group_id] = _Open(latest + 1, meta, now)
         group.members[member_id] = record
         self._held += 1
-        self._touch(group_id, group, now)
-        return AddOutcome("added", len(group.members))
+        self._extend(group_id, group, now + ttl_s)
+        return AddOutcome("added", group.round, len(group.members))
 
-    def _touch(self, gid: str, group: _Open, now: float) -> None:
-        group.expires = now + self.limits.open_ttl_s
-        self._open.move_to_end(gid)
+    def _extend(self, gid: str, group: _Open, expires: float) -> None:
+        if expires > group.expires:
+            group.expires = expires
+            heapq.heappush(self._expiry, (expires, gid))
 
-    async def poll(self, group_id: str) -> tuple[str | None, int]:
+    async def poll(self, group_id: str, round: int) -> tuple[RoundResult | None, int]:
         self._prune(self._clock())
-        if group_id in self._results:
-            return self._results[group_id][0], 0
+        hit = self._results.get((group_id, round))
+        if hit is not None:
+            return hit[0], 0
         group = self._open.get(group_id)
-        return None, len(group.members) if group else 0
+        return None, len(group.members) if group is not None and group.round == round else 0
 
-    async def members(self, group_id: str) -> dict[str, str]:
-        group = self._open.get(group_id)
-        return dict(group.members) if group else {}
+    async def members(self, group_id: str) -> OpenRound | None:
+        self._prune(self._clock())
+        g = self._open.get(group_id)
+        return None if g is None else OpenRound(round=g.round, meta=g.meta, members=g.members)
 
     async def claim(self, group_id: str, token: str, ttl_s: float) -> bool:
         now = self._clock()
@@ -174,19 +227,27 @@ class MemoryStore(AssemblyStore):
         if self._claims.get(group_id, ("",))[0] == token:
             del self._claims[group_id]
 
-    async def finish(self, group_id: str, result: str) -> str:
+    async def finish(self, group_id: str, result: RoundResult) -> RoundResult | None:
         now = self._clock()
         self._prune(now)
-        if group_id in self._results:
-            return self._results[group_id][0]
-        self._results[group_id] = (result, now + self.limits.result_ttl_s)
+        key = (group_id, result.round)
+        if key in self._results:
+            return self._results[key][0]
+        group = self._open.get(group_id)
+        if group is None or group.round != result.round or len(group.members) != len(result.ids):
+            return None
+        self._results[key] = (result, now + self.limits.result_ttl_s)
+        self._latest[group_id] = max(result.round, self._latest.get(group_id, -1))
+        answered = self._answered.setdefault(group_id, {})
+        for mid in result.ids:
+            answered[mid] = max(result.round, answered.get(mid, -1))
         self._drop(group_id)
         self._claims.pop(group_id, None)
         if self._on_done is not None:
-            self._on_done(group_id)
+            self._on_done(group_id, result.round)
         return result
 
-    async def start(self, on_done: Callable[[str], None]) -> None:
+    async def start(self, on_done: OnDone) -> None:
         self._on_done = on_done
 
     async def counts(self) -> tuple[int, int]:

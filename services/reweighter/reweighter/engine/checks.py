@@ -1,16 +1,18 @@
-"""The engine's request checks: the one place a request is judged.
+"""The engine's request checks: the one place a request (or a group member) is judged.
 
 Every transport hands its request here unjudged; every kernel after this trusts what comes out.
 A failure is an InvalidInput (HTTP 422 / INVALID_ARGUMENT) or LimitExceeded (413 /
-RESOURCE_EXHAUSTED) naming the field as a dotted path (`groups[2].rewards[0]`).
+RESOURCE_EXHAUSTED) naming the field as a dotted path (`groups[2].rewards[0]`); a group member
+(`check_member`, for reweighter.assembly) is judged by the same rules with its flat field names
+(`reward`, `completion`, `embedding`, `params.eps`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from pydantic import BaseModel, ValidationError
@@ -120,6 +122,114 @@ def check_request(request: ReweightRequest, limits: Limits) -> Checked:
     )
 
 
+MAX_ID_CHARS = 256
+"""Longest group_id / member_id a member may give."""
+
+
+class MemberLike(Protocol):
+    """What check_member reads: reweighter.assembly.MemberSubmission, named structurally so the
+    engine does not import the assembly layer above it."""
+
+    @property
+    def group_id(self) -> str: ...
+    @property
+    def member_id(self) -> str: ...
+    @property
+    def group_size(self) -> int: ...
+    @property
+    def reward(self) -> float: ...
+    @property
+    def completion(self) -> str | None: ...
+    @property
+    def embedding(self) -> Any: ...
+    @property
+    def method(self) -> Any: ...
+    @property
+    def params(self) -> Mapping[str, Any]: ...
+    @property
+    def advantages(self) -> Any: ...
+    @property
+    def timeout_s(self) -> float | None: ...
+
+
+@dataclass(frozen=True)
+class CheckedMember:
+    """A validated group member: parsed names and params, its text or its vector, its wait."""
+
+    group_id: str
+    member_id: str
+    group_size: int
+    reward: float
+    method: str
+    params: BaseModel
+    advantages: AdvantageKind
+    completion: str | None
+    embedding: np.ndarray | None
+    """float32 [D], finite and non-zero."""
+    timeout_s: float
+    """The member's own, or the default; capped at the maximum."""
+
+
+def check_member(
+    member: MemberLike, limits: Limits, *, default_timeout_s: float, max_timeout_s: float
+) -> CheckedMember:
+    """One member of a group sent on its own: the rules of a request's group, for one member.
+
+    What only the whole group can show (its total characters, a result that overflows) is
+    checked when the group is reweighted."""
+    for name in ("group_id", "member_id"):
+        value = getattr(member, name)
+        if not isinstance(value, str) or not value:
+            raise InvalidInput("must be a non-empty string", field=name)
+        if len(value) > MAX_ID_CHARS:
+            raise InvalidInput(f"longer than {MAX_ID_CHARS} characters", field=name)
+    size = member.group_size
+    if isinstance(size, bool) or not isinstance(size, int | np.integer) or size < 1:
+        raise InvalidInput("must be a positive integer", field="group_size")
+    if size > limits.max_group_size:
+        raise LimitExceeded(
+            f"{size} exceeds the group limit of {limits.max_group_size}", field="group_size"
+        )
+    timeout = default_timeout_s if member.timeout_s is None else member.timeout_s
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float | np.floating):
+        raise InvalidInput("must be a number of seconds", field="timeout_s")
+    if not math.isfinite(timeout) or timeout <= 0:
+        raise InvalidInput("must be a positive number of seconds", field="timeout_s")
+    spec = get_method(member.method)
+    params = _check_params(spec.name, spec.params_model, member.params)
+    kind = parse_name(AdvantageKind, member.advantages, "advantages", "advantage kind")
+    reward = _check_number(member.reward, "reward")
+    has_c, has_e = member.completion is not None, member.embedding is not None
+    if has_c == has_e:
+        raise InvalidInput(
+            "give either completion or embedding, not both"
+            if has_c
+            else "give either completion or embedding",
+            field="completion",
+        )
+    text, vector = None, None
+    if has_c:
+        text = member.completion
+        if not isinstance(text, str):
+            raise InvalidInput("must be a string", field="completion")
+        _check_unicode(text, "completion")
+        _within(len(text), limits.max_chars, "characters", "completion")
+    else:
+        vector = _check_vector(member.embedding, "embedding")
+    return CheckedMember(
+        group_id=member.group_id,
+        member_id=member.member_id,
+        group_size=int(size),
+        reward=reward,
+        method=spec.name,
+        params=params,
+        advantages=kind,
+        completion=text,
+        embedding=vector,
+        timeout_s=min(float(timeout), max_timeout_s),
+    )
+
+
 def _within(n: int, limit: int, what: str, field: str) -> None:
     if n > limit:
         raise LimitExceeded(f"{n} {what} exceed the limit of {limit}", field=field)
@@ -173,18 +283,19 @@ def _check_rewards(values: Any, field: str) -> list[float]:
         raise InvalidInput("must be a list of numbers", field=field)
     if len(values) == 0:
         raise InvalidInput("empty group: at least one completion is required", field=field)
-    out = []
-    for j, v in enumerate(values):
-        if isinstance(v, bool) or not isinstance(v, int | float | np.floating | np.integer):
-            raise InvalidInput(f"must be a number, got {type(v).__name__}", field=f"{field}[{j}]")
-        try:
-            f = float(v)
-        except OverflowError:  # a 400-digit integer literal
-            raise InvalidInput("is out of range for a float", field=f"{field}[{j}]") from None
-        if not math.isfinite(f):
-            raise InvalidInput(f"must be finite, got {f}", field=f"{field}[{j}]")
-        out.append(f)
-    return out
+    return [_check_number(v, f"{field}[{j}]") for j, v in enumerate(values)]
+
+
+def _check_number(v: Any, field: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float | np.floating | np.integer):
+        raise InvalidInput(f"must be a number, got {type(v).__name__}", field=field)
+    try:
+        f = float(v)
+    except OverflowError:  # a 400-digit integer literal
+        raise InvalidInput("is out of range for a float", field=field) from None
+    if not math.isfinite(f):
+        raise InvalidInput(f"must be finite, got {f}", field=field)
+    return f
 
 
 def _check_embeddings(values: Any, n: int, field: str) -> np.ndarray:
@@ -203,14 +314,33 @@ def _check_embeddings(values: Any, n: int, field: str) -> np.ndarray:
         raise InvalidInput(f"has {arr.shape[0]} vectors but rewards has {n}", field=field)
     if arr.shape[1] == 0:
         raise InvalidInput("vectors must have at least one dimension", field=field)
+    _check_rows(arr, lambda j: f"{field}[{j}]")
+    return arr
+
+
+def _check_vector(values: Any, field: str) -> np.ndarray:
+    """One member's embedding: [D] float32, by the rules of a group's rows."""
+    try:
+        arr = np.asarray(values, dtype=np.float32)
+    except OverflowError:
+        raise InvalidInput("has a number out of range for a float", field=field) from None
+    except (TypeError, ValueError) as e:
+        raise InvalidInput("must be a list of numbers", field=field) from e
+    if arr.ndim != 1:
+        raise InvalidInput("must be a list of numbers (one vector)", field=field)
+    if arr.shape[0] == 0:
+        raise InvalidInput("must have at least one dimension", field=field)
+    _check_rows(arr[None, :], lambda _: field)
+    return arr
+
+
+def _check_rows(arr: np.ndarray, row_field: Callable[[int], str]) -> None:
+    """Cosine similarity needs finite, non-zero vectors."""
     finite = np.isfinite(arr).all(axis=1)
     if not finite.all():
         j = int(np.argmin(finite))
-        raise InvalidInput("contains NaN or infinity", field=f"{field}[{j}]")
+        raise InvalidInput("contains NaN or infinity", field=row_field(j))
     norms = np.linalg.norm(arr, axis=1)
     if (norms == 0).any():
         j = int(np.argmin(norms))
-        raise InvalidInput(
-            "is a zero vector: cosine similarity is undefined", field=f"{field}[{j}]"
-        )
-    return arr
+        raise InvalidInput("is a zero vector: cosine similarity is undefined", field=row_field(j))
