@@ -13,13 +13,19 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import logging
+import os
 import random
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
@@ -39,7 +45,11 @@ from reweighter.logs import RedactFilter  # noqa: E402
 from reweighter.service import BackgroundService  # noqa: E402
 from reweighter.types import Group, ReweightRequest  # noqa: E402
 from reweighter.verify import response_of  # noqa: E402
-from reweighter.verify.math_answers import answers_match, final_answer  # noqa: E402
+from reweighter.verify.math_answers import (  # noqa: E402
+    answers_match,
+    final_answer,
+    label_answer,
+)
 from reweighter.verify.upstream import UpstreamVerifier  # noqa: E402
 
 from .conftest import free_port, loopback  # noqa: E402
@@ -240,6 +250,10 @@ def test_math_checker() -> None:
     assert not m(x("The answer is 8."), "7")
     assert m(x("we get \\boxed{x+1}"), "x + 1")
     assert not m(x("no numbers here"), "3")
+    # a worked-solution label (GSM8K's answer column) counts by its final answer; a symbolic
+    # label is the answer itself
+    assert label_answer("48/2 = 24 in May, 24 + 48 = 72\n#### 72") == "72"
+    assert label_answer("x + 1") == "x + 1" and label_answer(7) == 7
 
 
 async def test_service_endpoint_uses_the_service_key_and_settings(engine, tokenizer) -> None:
@@ -390,3 +404,60 @@ async def test_wrong_n_never_mixes_rounds_and_is_reported(keyed, engine, tokeniz
     assert len(warnings) == 2, warnings
     hint = f"n_samples_per_prompt = {sent}" if sent > declared else f"{sent} of n={declared}"
     assert all(hint in w and "--rollout.n_samples_per_prompt" in w for w in warnings), warnings
+
+
+# -- the documented command, through OpenRLHF's own parser -------------------------------------
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "integrations.md"
+PARSER = Path(__file__).with_name("openrlhf_parser.py")
+
+
+def documented_command() -> str:
+    """The bash block after the `openrlhf-command` marker in docs/integrations.md."""
+    text = DOCS.read_text()
+    after = text[text.index("<!-- openrlhf-command"):]
+    return after.split("```bash\n", 1)[1].split("```", 1)[0]
+
+
+def argv_of(command: str, **env: str) -> list[str]:
+    """The arguments bash hands `python` for `command` (quotes, continuations, ${VARS})."""
+    script = "python() { printf '%s\\0' \"$@\"; }\n" + command
+    run = subprocess.run(["bash", "-c", script], env={**os.environ, **env},
+                         capture_output=True, text=True, check=True)  # fmt: skip
+    return run.stdout.split("\0")[:-1]
+
+
+def openrlhf_parse(flags: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-I", str(PARSER), *flags], cwd=cwd,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+
+
+async def test_documented_command_runs_through_openrlhfs_parser(keyed, engine, tokenizer,
+                                                                tmp_path) -> None:
+    argv = argv_of(documented_command(), REWEIGHTER_OPENRLHF_TOKEN=TOKEN)
+    assert argv[:2] == ["-m", "openrlhf.cli.train_ppo_ray"]
+    run = openrlhf_parse(argv[2:], tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    args = json.loads(run.stdout.strip().splitlines()[-1])
+    (url,) = args["reward"]["remote_url"]
+    assert url == f"http://reweighter:8080/v1/openrlhf/{TOKEN}/reward?n=8"
+    n = int(parse_qs(urlsplit(url).query)["n"][0])
+    assert args["rollout"]["n_samples_per_prompt"] == n  # ?n= must equal it
+    assert args["data"]["label_key"] == "answer"
+
+    # the URL it gives, on a live service: OpenRLHF's client gets reweighted rewards
+    svc, _, _ = keyed
+    live = url.replace("http://reweighter:8080", svc.http_url)
+    outs = await run_openrlhf(live, problems(k=1, n=n, seed=77, tokenizer=tokenizer), tokenizer)
+    assert [o["extra_logs"]["reweighted"] for o in outs] == [[1.0]] * n
+    want = expected(engine, outs, tokenizer)
+    assert [o["reward"][0] for o in outs] == pytest.approx(want, abs=1e-6)
+
+
+def test_the_parser_harness_refuses_what_openrlhf_refuses(tmp_path) -> None:
+    """The flags of OpenRLHF before 0.11 (what these docs gave before): exit 2, as the real
+    `python -m openrlhf.cli.train_ppo_ray` exits."""
+    run = openrlhf_parse(["--remote_rm_url", "http://x/reward?n=8", "--n_samples_per_prompt",
+                          "8", "--label_key", "answer"], tmp_path)  # fmt: skip
+    assert run.returncode == 2
+    assert "unrecognized arguments: --remote_rm_url" in run.stderr

@@ -76,12 +76,21 @@ def answers_match(given: str | None, gold: Any) -> bool:
     return _normalise(given) == _normalise(gold_s)
 
 
+def label_answer(label: Any) -> Any:
+    """The answer a label states: a worked solution (GSM8K's `answer` column, ending in
+    "#### 72", or one with a \\boxed{}) gives its final answer; any other label is the
+    answer itself (so a symbolic "x + 1" is not cut down to its last number)."""
+    if isinstance(label, str) and ("####" in label or "\\boxed{" in label):
+        return final_answer(label)
+    return label
+
+
 def math_verifier() -> Verifier:
-    """1.0 when the response's final answer equals the label, else 0.0."""
+    """1.0 when the response's final answer equals the label's, else 0.0."""
 
     async def verify(queries: list[str], prompts: list[str], labels: list[Any]) -> list[float]:
         return [
-            1.0 if answers_match(final_answer(response_of(q, p)), gold) else 0.0
+            1.0 if answers_match(final_answer(response_of(q, p)), label_answer(gold)) else 0.0
             for q, p, gold in zip(queries, prompts, labels, strict=True)
         ]
 
