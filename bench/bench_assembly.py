@@ -23,13 +23,13 @@ import os
 import platform
 import random
 import statistics
-import subprocess
 import sys
 import time
 import uuid
 from pathlib import Path
 
 from reweighter.client import AsyncGrpcReweighterClient, AsyncReweighterClient
+from reweighter.launch import Served
 from reweighter.types import Group, ReweightRequest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -39,7 +39,7 @@ OUT = Path(__file__).resolve().parent / "out"
 G, DIM = 8, 384
 
 
-def start_service_for(redis_url: str | None) -> tuple[subprocess.Popen, str, str]:
+def start_service_for(redis_url: str | None) -> Served:
     flags = ["--compile", "off"]  # no background compile competing for the CPU
     if redis_url:
         flags += ["--redis-url", redis_url, "--assembly-prefix", f"bench:asm:{uuid.uuid4().hex}:"]
@@ -89,10 +89,13 @@ async def cell(client, groups: int, runs: int, seed: int) -> dict:
 
 
 async def run_store(store: str, redis_url: str | None, args: argparse.Namespace) -> list[dict]:
-    proc, url, target = start_service_for(redis_url)
+    served = start_service_for(redis_url)
     rows = []
     try:
-        async with AsyncReweighterClient(url) as http, AsyncGrpcReweighterClient(target) as rpc:
+        async with (
+            AsyncReweighterClient(served.url) as http,
+            AsyncGrpcReweighterClient(served.target) as rpc,
+        ):
             for name, client in (("HTTP", http), ("gRPC", rpc)):
                 row = {"transport": name, "store": store,
                        **await cell(client, args.groups, args.runs, seed=len(rows))}  # fmt: skip
@@ -102,8 +105,7 @@ async def run_store(store: str, redis_url: str | None, args: argparse.Namespace)
                       f"  overhead p50 {row['overhead_p50']:6.1f} p99 {row['overhead_p99']:6.1f}",
                       file=sys.stderr)  # fmt: skip
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        served.close()
     return rows
 
 

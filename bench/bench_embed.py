@@ -51,6 +51,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np  # noqa: E402
 
+from reweighter.launch import serve  # noqa: E402
 from reweighter.service import free_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -153,17 +154,8 @@ class Service:
     """`reweighter serve` on loopback ports; texts sent as one /v1/embed request per group."""
 
     def __init__(self) -> None:
-        self.port = free_port()
-        env = {**os.environ, "REWEIGHTER_DEVICE": "cpu", "REWEIGHTER_LOG_LEVEL": "warning",
-               "REWEIGHTER_COMPILE": "on"}  # fmt: skip
-        env.pop("REDIS_URL", None)
-        cmd = [sys.executable, "-m", "reweighter", "serve", "--http-port", str(self.port),
-               "--grpc-port", str(free_port())]  # fmt: skip
-        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=sys.stderr)
-        self.url = f"http://127.0.0.1:{self.port}"
-        if not wait_ready(self.url + "/readyz", self.proc):
-            self.close()
-            raise RuntimeError("reweighter serve did not become ready")
+        self.served = serve(settings={"device": "cpu", "compile": "on"})  # reweighter.launch
+        self.url = self.served.url
 
     def embed(self, texts: list[str]) -> np.ndarray:
         import httpx
@@ -182,13 +174,7 @@ class Service:
         return np.array([v for part in asyncio.run(run()) for v in part], dtype=np.float32)
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        self.served.close()
 
 
 INFINITY_VENV = ROOT / "bench" / "out" / "venv-infinity"
@@ -213,7 +199,7 @@ class Infinity:
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.url = f"http://127.0.0.1:{self.port}"
         if not wait_ready(self.url + "/health", self.proc):
-            Service.close(self)  # type: ignore[arg-type]
+            self.close()
             raise RuntimeError("infinity_emb did not become ready")
 
     def embed(self, texts: list[str]) -> np.ndarray:
@@ -232,7 +218,14 @@ class Infinity:
 
         return np.array([v for part in asyncio.run(run()) for v in part], dtype=np.float32)
 
-    close = Service.close
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
 
 
 # -- measurement ----------------------------------------------------------------------------------

@@ -22,7 +22,6 @@ import os
 import platform
 import random
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -33,7 +32,7 @@ from reweighter.client import (
     GrpcReweighterClient,
     ReweighterClient,
 )
-from reweighter.service import free_port as _free_port
+from reweighter.launch import Served, serve
 from reweighter.types import Group, ReweightRequest
 
 OUT = Path(__file__).resolve().parent / "out"
@@ -76,18 +75,10 @@ def _request(texts: list[str]) -> ReweightRequest:
     return ReweightRequest(groups=[Group(rewards, texts)], method="dra", advantages="grpo")
 
 
-def start_service(*flags: str) -> tuple[subprocess.Popen, str, str]:
-    """`reweighter serve` on free loopback ports with extra `flags`, once ready: (process,
-    HTTP URL, gRPC target). bench_assembly and bench_scaling start theirs here too."""
-    http_port, grpc_port = _free_port(), _free_port()
-    cmd = [sys.executable, "-m", "reweighter.server", "--host", "127.0.0.1", "--log-level",
-           "warning", "--http-port", str(http_port), "--grpc-port", str(grpc_port)]  # fmt: skip
-    cmd += flags
-    proc = subprocess.Popen(cmd, env=dict(os.environ, HF_HUB_OFFLINE="1"))
-    url = f"http://127.0.0.1:{http_port}"
-    with ReweighterClient(url) as client:
-        client.wait_ready(timeout=300)
-    return proc, url, f"127.0.0.1:{grpc_port}"
+def start_service(*flags: str) -> Served:
+    """`reweighter serve` on free loopback ports with extra `flags`, once ready
+    (reweighter.launch). bench_assembly starts its services here too."""
+    return serve(*flags, timeout=300)
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -279,13 +270,13 @@ def main() -> None:
     args.min_requests = 8 if args.quick else 16
 
     texts = Texts(args.tokens)
-    proc, url, target = start_service(*(["--device", args.device] if args.device else []))
+    served = start_service(*(["--device", args.device] if args.device else []))
+    url, target = served.url, served.target
     try:
         rows = asyncio.run(grid(url, target, texts, args)) if args.only != "overhead" else []
         over = overhead(url, target, texts, args.reps, args.device) if args.only != "grid" else {}
     finally:
-        proc.terminate()
-        proc.wait(timeout=60)
+        served.close()
     print(_markdown(rows, over, args))
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "service.json").write_text(json.dumps({"grid": rows, "overhead": over}, indent=2))

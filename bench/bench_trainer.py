@@ -22,8 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "services" / "reweighter"))
 
-from reweighter.demo import _wait_ready, serve_command  # noqa: E402
-from reweighter.service import free_port  # noqa: E402
+from reweighter.launch import serve  # noqa: E402
 
 CONFIG = ROOT / "trainer" / "configs" / "smoke-cpu.yaml"
 
@@ -57,22 +56,15 @@ def main() -> int:
     ap.add_argument("--method", default="dra")
     args = ap.parse_args()
 
-    http_port, grpc_port = free_port(), free_port()
-    server = subprocess.Popen(
-        serve_command(http_port, grpc_port),
-        env=_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    server = serve(env=_env())
     backends = {
-        "http": [f"reweighter.url=http://127.0.0.1:{http_port}"],
-        "grpc": ["reweighter.url=null", f"reweighter.grpc=127.0.0.1:{grpc_port}"],
+        "http": [f"reweighter.url={server.url}"],
+        "grpc": ["reweighter.url=null", f"reweighter.grpc={server.target}"],
         "inprocess": ["reweighter.url=null", "reweighter.backend=inprocess"],
     }
     common = [f"max_steps={args.steps}", f"reweighter.method={args.method}"]
     rows = []
     try:
-        _wait_ready(f"http://127.0.0.1:{http_port}", server)
         with tempfile.TemporaryDirectory() as tmp:
             run_once(common + backends["http"], f"{tmp}/warm")  # builds the tiny model once
             for name, extra in backends.items():
@@ -84,8 +76,7 @@ def main() -> int:
                 rows.append((name, train, rew, share, calls))
                 print(f"  {name}: done", file=sys.stderr)
     finally:
-        server.terminate()
-        server.wait(timeout=30)
+        server.close()
 
     print(
         f"\nCPU smoke run: {args.steps} GRPO steps, method {args.method}, "

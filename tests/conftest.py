@@ -8,16 +8,15 @@ import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pytest
 
-from reweighter.client import RetryPolicy, ReweighterClient
-from reweighter.config import Settings
-from reweighter.engine import ReweightEngine
-from reweighter.service import (  # free_port: the one helper (demo and benchmarks use it too)
-    BackgroundService,
-    free_port,
-)
+if TYPE_CHECKING:  # the fixtures import what they use: importing this file loads no engine
+    from reweighter.client import ReweighterClient
+    from reweighter.config import Settings
+    from reweighter.engine import ReweightEngine
+    from reweighter.service import BackgroundService
 
 # Nothing may load weights or data from a hub at run time.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -40,35 +39,29 @@ def _redis_ping(url: str) -> bool:
 
 @dataclass
 class RedisServer:
-    """A private redis-server on a free loopback port; `stop()` simulates an outage."""
+    """A private redis-server on a free loopback port, the one launcher of the suite: every test
+    that needs a Redis of its own starts it here. `stop()` kills it (an outage), `start()` again
+    brings it back on the same port; `password` makes it ask for one."""
 
     port: int
+    password: str | None = None
     proc: subprocess.Popen | None = None
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
 
     def start(self) -> RedisServer:
         exe = shutil.which("redis-server")
         if exe is None:
             pytest.skip("redis-server is not installed")
+        args = ["--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly"]
+        args += ["no", "--daemonize", "no"]
+        if self.password:
+            args += ["--requirepass", self.password]
         self.proc = subprocess.Popen(
-            [
-                exe,
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--daemonize",
-                "no",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            [exe, *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
@@ -80,9 +73,16 @@ class RedisServer:
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
+            self.proc.kill()
             self.proc.wait(timeout=10)
         self.proc = None
+
+
+def free_port() -> int:
+    """reweighter.service.free_port, the one helper (tests, demo and benchmarks use it)."""
+    from reweighter.service import free_port as free
+
+    return free()
 
 
 @pytest.fixture
@@ -116,12 +116,18 @@ def free_port_fixture() -> int:
 
 # -- a real service on loopback (tests/service, tests/integrations) ----------------------------
 
-NO_RETRY = RetryPolicy(retries=0)
+
+def no_retry():  # noqa: ANN201 - a reweighter.client.RetryPolicy
+    from reweighter.client import RetryPolicy
+
+    return RetryPolicy(retries=0)
 
 
 def loopback(**overrides: object) -> Settings:
     """Settings for a test service: loopback, free ports, no Redis unless asked (and no
     background compile: REWEIGHTER_COMPILE=off above)."""
+    from reweighter.config import Settings
+
     base: dict[str, object] = {"host": "127.0.0.1", "http_port": 0, "grpc_port": 0}
     base.update(overrides)
     return Settings(**base)
@@ -129,7 +135,10 @@ def loopback(**overrides: object) -> Settings:
 
 @pytest.fixture(scope="session")
 def engine() -> ReweightEngine:
-    """The real engine on the bundled all-MiniLM-L6-v2, loaded once for the whole session."""
+    """The real engine on the bundled all-MiniLM-L6-v2, loaded once for the whole session: the
+    one engine fixture of the suite."""
+    from reweighter.engine import ReweightEngine
+
     eng = ReweightEngine(loopback())
     eng.load()
     return eng
@@ -137,11 +146,15 @@ def engine() -> ReweightEngine:
 
 @pytest.fixture(scope="module")
 def service(engine: ReweightEngine) -> Iterator[BackgroundService]:
+    from reweighter.service import BackgroundService
+
     with BackgroundService(loopback(), engine) as svc:
         yield svc
 
 
 @pytest.fixture(scope="module")
 def http(service: BackgroundService) -> Iterator[ReweighterClient]:
-    with ReweighterClient(service.http_url, retry=NO_RETRY) as client:
+    from reweighter.client import ReweighterClient
+
+    with ReweighterClient(service.http_url, retry=no_retry()) as client:
         yield client

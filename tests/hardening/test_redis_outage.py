@@ -10,8 +10,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
+from conftest import RedisServer
 
-from .conftest import AUTH, PrivateRedis, Served
+from .conftest import AUTH, REDIS_PASSWORD, Served
 
 
 def _requests(n: int) -> list[dict]:
@@ -31,7 +32,7 @@ def _requests(n: int) -> list[dict]:
     ]
 
 
-def test_redis_killed_and_restarted_under_load(keyed: Served, private_redis: PrivateRedis) -> None:
+def test_redis_killed_and_restarted_under_load(keyed: Served, private_redis: RedisServer) -> None:
     """Fresh texts in each phase (the in-process cache would otherwise hide Redis); every
     answer is then asked again at the end and must not have changed."""
     answers: list[tuple[dict, dict]] = []
@@ -60,4 +61,4 @@ def test_redis_killed_and_restarted_under_load(keyed: Served, private_redis: Pri
     log = keyed.log()
     assert "redis cache get failed" in log or "redis cache set failed" in log
     assert "reachable again" in log, "the cache never recovered"
-    assert PrivateRedis.password not in log
+    assert REDIS_PASSWORD not in log

@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import pytest
-from conftest import NO_RETRY, loopback  # noqa: F401 (the shared service fixtures' helpers)
+from conftest import free_port, loopback, no_retry
 
-from reweighter.service import free_port  # noqa: F401 (used by the tests)
+NO_RETRY = no_retry()
+__all__ = ["NO_RETRY", "free_port", "loopback"]  # the shared service fixtures' helpers
 
 
 @pytest.fixture(scope="session")

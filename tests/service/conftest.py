@@ -10,10 +10,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from conftest import NO_RETRY, loopback  # noqa: F401 (re-exported to the tests)
+from conftest import loopback, no_retry
 
 from reweighter.client import GrpcReweighterClient
 from reweighter.service import BackgroundService
+
+NO_RETRY = no_retry()
+__all__ = ["NO_RETRY", "loopback"]  # for the tests
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from reweighter.launch import serve
 from reweighter.service import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -63,33 +64,11 @@ class Service:
 
 
 @pytest.fixture(scope="session")
-def reweighter_service(tmp_path_factory) -> Iterator[Service]:
-    """The real service (HTTP + gRPC, bundled model, CPU) as a subprocess, shared by the session."""
-    http_port, grpc_port = free_port(), free_port()
-    log = tmp_path_factory.mktemp("service") / "serve.log"
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            [
-                str(BIN / "reweighter"),
-                "serve",
-                "--host",
-                "127.0.0.1",
-                "--http-port",
-                str(http_port),
-                "--grpc-port",
-                str(grpc_port),
-                "--device",
-                "cpu",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=_env(),
-        )
-    try:
-        _wait_http(f"http://127.0.0.1:{http_port}/readyz", proc)
-        yield Service(f"http://127.0.0.1:{http_port}", f"127.0.0.1:{grpc_port}")
-    finally:
-        _stop(proc)
+def reweighter_service() -> Iterator[Service]:
+    """The real service (HTTP + gRPC, bundled model, CPU) as a child `reweighter serve`
+    (reweighter.launch), shared by the session."""
+    with serve("--device", "cpu", env=_env()) as served:
+        yield Service(served.url, served.target)
 
 
 @pytest.fixture(scope="session")

@@ -1,21 +1,12 @@
-"""reweighted(): weighted base rewards, grouping, one backend call, metrics (real engine)."""
+"""reweighted(): weighted base rewards, grouping, one backend call, metrics (the real engine:
+the session `engine` of tests/conftest.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from reweighter.config import Settings
-from reweighter.engine import ReweightEngine
 from reweighter.integrations.trl import ReweightedReward, reweighted
 from reweighter.types import Group, ReweightRequest
-
-
-@pytest.fixture(scope="module")
-def engine():
-    e = ReweightEngine(Settings(device="cpu"))
-    e.load()
-    yield e
-    e.close()
 
 
 class Recording:

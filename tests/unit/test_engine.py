@@ -22,13 +22,6 @@ from reweighter.errors import (
 from reweighter.types import AdvantageKind, Group, LongTextPolicy, Method, ReweightRequest
 
 
-@pytest.fixture(scope="module")
-def engine() -> ReweightEngine:
-    eng = ReweightEngine(Settings())
-    eng.load()
-    return eng
-
-
 @pytest.fixture
 def bare() -> ReweightEngine:
     """An engine that never loaded a model: embeddings-only requests must still work."""

@@ -1,20 +1,16 @@
 """The quickstart's demo: a real service on loopback, a collapsing group, three methods compared.
 
-It starts `reweighter serve` as a child process on free ports (exactly what a user runs), waits
-for /readyz, sends one group over HTTP and gRPC, and prints GRPO vs DRA vs MMR advantages.
+It starts `reweighter serve` as a child process on free ports (exactly what a user runs, through
+reweighter.launch), waits for /readyz, sends one group over HTTP and gRPC, and prints GRPO vs DRA
+vs MMR advantages.
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
-import time
-
-import httpx
 
 from .config import Settings
-from .service import free_port
+from .launch import serve
 from .types import AdvantageKind, Group, Method, ReweightRequest, ReweightResult
 
 PROMPT = "What is 17 * 24?"
@@ -33,36 +29,6 @@ COMPLETIONS = [
 ]
 LABELS = [f"copy {i + 1}" for i in range(len(_COPIES))] + ["wrong", "distinct correct"]
 REWARDS = [1.0] * len(_COPIES) + [0.0, 1.0]
-
-
-def serve_command(http_port: int, grpc_port: int) -> list[str]:
-    """`reweighter serve` on loopback with this interpreter: what a user runs, as a child."""
-    return [
-        sys.executable,
-        "-m",
-        "reweighter",
-        "serve",
-        "--host",
-        "127.0.0.1",
-        "--http-port",
-        str(http_port),
-        "--grpc-port",
-        str(grpc_port),
-    ]
-
-
-def _wait_ready(url: str, proc: subprocess.Popen, timeout: float = 180.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the service exited with code {proc.returncode} while starting")
-        try:
-            if httpx.get(f"{url}/readyz", timeout=1.0).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise TimeoutError(f"the service at {url} was not ready after {timeout:.0f} s")
 
 
 def _requests() -> dict[str, ReweightRequest]:
@@ -91,23 +57,13 @@ def format_table(results: dict[str, ReweightResult]) -> str:
 
 def run_demo(transport: str = "both", settings: Settings | None = None) -> int:
     settings = settings or Settings()
-    http_port, grpc_port = free_port(), free_port()
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    for name in ("model", "device", "long_text", "max_seq_length", "compile"):
-        value = getattr(settings, name)
-        if value is not None:
-            env[f"REWEIGHTER_{name.upper()}"] = str(value)
-    if settings.redis_url is not None:
-        env["REDIS_URL"] = settings.redis_url
-    cmd = serve_command(http_port, grpc_port)
-    print(
-        f"starting: reweighter serve --http-port {http_port} --grpc-port {grpc_port}",
-        file=sys.stderr,
-    )
-    proc = subprocess.Popen(cmd, env=env)
-    url = f"http://127.0.0.1:{http_port}"
-    try:
-        _wait_ready(url, proc)
+    given = {
+        name: getattr(settings, name)
+        for name in ("model", "device", "long_text", "max_seq_length", "compile", "redis_url")
+        if getattr(settings, name) is not None
+    }
+    print("starting: reweighter serve on free loopback ports", file=sys.stderr)
+    with serve(settings=given) as served:
         print(
             f"\nprompt: {PROMPT}  (6 near-copies of one correct path, 1 wrong, "
             "1 distinct correct path)\n"
@@ -116,12 +72,12 @@ def run_demo(transport: str = "both", settings: Settings | None = None) -> int:
         if transport in ("http", "both"):
             from .client import ReweighterClient
 
-            with ReweighterClient(url) as client:
+            with ReweighterClient(served.url) as client:
                 outputs["HTTP"] = {k: client.reweight(r) for k, r in _requests().items()}
         if transport in ("grpc", "both"):
             from .client import GrpcReweighterClient
 
-            with GrpcReweighterClient(f"127.0.0.1:{grpc_port}") as client:
+            with GrpcReweighterClient(served.target) as client:
                 outputs["gRPC"] = {k: client.reweight(r) for k, r in _requests().items()}
         first = next(iter(outputs.values()))
         print(format_table(first))
@@ -143,9 +99,3 @@ def run_demo(transport: str = "both", settings: Settings | None = None) -> int:
             "flows to the collapsed path."
         )
         return 0
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
