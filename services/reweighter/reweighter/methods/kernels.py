@@ -40,7 +40,7 @@ def apply_mmr(
     s = s.to(_checks.compute_dtype(s, b.rewards))
     if b.mask is not None:
         s = s.masked_fill(~(b.mask.unsqueeze(-1) & b.mask.unsqueeze(-2)), 0.0)
-    return _mmr(b, s, _lambda(p.lam))
+    return _mmr(b, s, _lambda(p.lam), p.equal_rewards)
 
 
 def apply_none(
