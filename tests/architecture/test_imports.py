@@ -186,3 +186,15 @@ def test_adapters_import_without_the_server(tmp_path: Path) -> None:
     it) with none of the server's packages or modules importable."""
     adapters = [m for m in modules() if m.startswith("reweighter.integrations")]
     import_each(adapters, tmp_path, IMPORT_EACH_BLOCK=f"{SERVER_PACKAGES},{SERVER_MODULES}")
+
+
+def test_docs_list_the_contracts_layers() -> None:
+    """docs/architecture.md shows the layers exactly as the contract has them, and names every
+    contract's rule."""
+    text = (REPO / "docs" / "architecture.md").read_text()
+    block = text.split("highest first;", 1)[1].split("```\n", 2)[1]
+    (layers,) = [c["layers"] for c in CONTRACTS if c["type"] == "layers"]
+    assert block.splitlines() == layers
+    for c in CONTRACTS:
+        if c["type"] == "forbidden":
+            assert f"*{c['name'].split(' (')[0]}*" in text, c["name"]
