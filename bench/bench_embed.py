@@ -51,7 +51,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np  # noqa: E402
 
-from reweighter.launch import serve  # noqa: E402
+from reweighter.launch import serve, stop, wait_http  # noqa: E402
 from reweighter.service import free_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -134,22 +134,6 @@ class Result:
     note: str = ""
 
 
-def wait_ready(url: str, proc: subprocess.Popen, timeout: float = 180.0) -> bool:
-    import httpx
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            return False
-        try:
-            if httpx.get(url, timeout=1.0).status_code == 200:
-                return True
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.25)
-    return False
-
-
 class Service:
     """`reweighter serve` on loopback ports; texts sent as one /v1/embed request per group."""
 
@@ -198,9 +182,11 @@ class Infinity:
                "--no-bettertransformer", "--served-model-name", "minilm"]  # fmt: skip
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.url = f"http://127.0.0.1:{self.port}"
-        if not wait_ready(self.url + "/health", self.proc):
+        try:
+            wait_http(self.url + "/health", self.proc)
+        except (RuntimeError, TimeoutError) as e:
             self.close()
-            raise RuntimeError("infinity_emb did not become ready")
+            raise RuntimeError(f"infinity_emb did not become ready: {e}") from None
 
     def embed(self, texts: list[str]) -> np.ndarray:
         import httpx
@@ -219,13 +205,7 @@ class Infinity:
         return np.array([v for part in asyncio.run(run()) for v in part], dtype=np.float32)
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop(self.proc)
 
 
 # -- measurement ----------------------------------------------------------------------------------

@@ -5,15 +5,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
 
-from reweighter.launch import serve
+from reweighter.launch import serve, stop, wait_http
 from reweighter.service import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,30 +29,6 @@ def _env() -> dict[str, str]:
         OMP_NUM_THREADS="1",
     )
     return env
-
-
-def _wait_http(url: str, proc: subprocess.Popen, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args} exited with {proc.returncode}")
-        try:
-            if httpx.get(url, timeout=1.0).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"{url} did not answer in {timeout} s")
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @dataclass
@@ -96,10 +70,10 @@ def fake_vllm(tiny_model, tmp_path) -> Iterator[str]:
             env=_env(),
         )
     try:
-        _wait_http(f"http://127.0.0.1:{port}/health", proc)
+        wait_http(f"http://127.0.0.1:{port}/health", proc, timeout=120)
         yield f"http://127.0.0.1:{port}"
     finally:
-        _stop(proc)
+        stop(proc)
 
 
 SMOKE = REPO / "trainer" / "configs" / "smoke-cpu.yaml"

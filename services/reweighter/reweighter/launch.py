@@ -58,15 +58,7 @@ class Served:
         raise RuntimeError("no VmRSS")
 
     def stop(self, timeout: float = 20.0) -> int | None:
-        """SIGTERM (a graceful stop), then SIGKILL after `timeout` s; the exit code."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        return self.proc.returncode
+        return stop(self.proc, timeout)
 
     def close(self) -> None:
         """Stop it and delete its log."""
@@ -78,6 +70,32 @@ class Served:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def stop(proc: subprocess.Popen, timeout: float = 20.0) -> int | None:
+    """SIGTERM (a graceful stop), then SIGKILL after `timeout` s; the exit code."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+    return proc.returncode
+
+
+def wait_http(url: str, proc: subprocess.Popen, timeout: float = 180.0) -> None:
+    """Until GET `url` answers 200 (any child server: serve, a fake vLLM, a rival); raises if
+    the child exits first or `timeout` s pass."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args} exited with {proc.returncode}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        time.sleep(0.1)
+    raise TimeoutError(f"{url} did not answer in {timeout:.0f} s")
 
 
 def _child_setup(nofile: int | None) -> Callable[[], None]:
