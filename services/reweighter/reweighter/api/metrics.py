@@ -72,7 +72,8 @@ class _EngineCollector(Collector):
 
 _ASSEMBLY_COUNTERS = {
     "members": "group members accepted for assembly (retries included)",
-    "timeouts": "members answered complete=false because their group was short at the timeout",
+    "timeouts": "members answered complete=false at their deadline (reason short, computing or "
+    "store_unavailable)",
     "groups_computed": "groups this instance reweighted once they were whole",
     "conflicts": "members refused with Conflict or PreconditionFailed",
 }
@@ -96,6 +97,27 @@ class _AssemblyCollector(Collector):
         for name, (doc, attr) in gauges.items():
             gauge = GaugeMetricFamily(f"reweighter_assembly_{name}", doc)
             gauge.add_metric([], float(getattr(self.assembler, attr)))
+            yield gauge
+        mismatch = CounterMetricFamily(
+            "reweighter_assembly_size_mismatch",
+            "members whose group size did not fit: declared (another group_size than the "
+            "group's, 409), full (a new member for a whole group, 409), late (after its round "
+            "was answered: opened the next round, logged at WARNING)",
+            labels=["kind"],
+        )
+        for kind, n in self.assembler.stats.size_mismatch.items():
+            mismatch.add_metric([kind], float(n))
+        yield mismatch
+        # the store's fill, across replicas with Redis (read every second), and its bounds
+        s, settings = self.assembler.stats, self.assembler.settings
+        for name, doc, value in (
+            ("store_groups", "open groups held in the assembly store", s.store_groups),
+            ("store_members", "members held in them", s.store_members),
+            ("store_groups_max", "assembly_max_open_groups", settings.assembly_max_open_groups),
+            ("store_members_max", "assembly_max_held_members", settings.assembly_max_held_members),
+        ):
+            gauge = GaugeMetricFamily(f"reweighter_assembly_{name}", doc)
+            gauge.add_metric([], float(value))
             yield gauge
 
 

@@ -13,7 +13,7 @@ import grpc
 import numpy as np
 from google.protobuf import json_format
 
-from ...assembly.types import MemberResult, MemberSubmission
+from ...assembly.types import MemberReason, MemberResult, MemberSubmission
 from ...errors import ConnectionFailed, InvalidInput, ReweighterError, error_from
 from ...types import (
     DEFAULT_METHOD,
@@ -256,6 +256,7 @@ def member_result_to_proto(r: MemberResult) -> pb.MemberResult:
         raw_reward=r.raw_reward,
         complete=r.complete,
         members=r.members,
+        round=r.round,
     )
     if r.advantage is not None:
         msg.advantage = r.advantage
@@ -295,7 +296,8 @@ def proto_to_member_result(msg: pb.MemberResult) -> MemberResult | ReweighterErr
         raw_reward=msg.raw_reward,
         advantage=msg.advantage if msg.HasField("advantage") else None,
         complete=msg.complete,
-        reason=msg.reason if msg.HasField("reason") else None,
+        reason=MemberReason(msg.reason) if msg.HasField("reason") else None,
         stats=stats,
         members=msg.members,
+        round=msg.round,
     )

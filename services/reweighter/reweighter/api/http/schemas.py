@@ -24,7 +24,7 @@ from pydantic import (
     WithJsonSchema,
 )
 
-from ...assembly.types import MemberResult, MemberSubmission
+from ...assembly.types import MemberReason, MemberResult, MemberSubmission
 from ...errors import InvalidInput, ReweighterError, error_from
 from ...methods.catalog import CATALOG, method_names
 from ...types import (
@@ -299,10 +299,13 @@ class MemberOut(BaseModel):
     reward: float = Field(..., description="reweighted; equals raw_reward when incomplete")
     raw_reward: float
     advantage: float | None = Field(None, description="null unless advantages were asked for")
-    complete: bool = Field(..., description="false: the group was still short at the timeout")
-    reason: str | None = Field(None, description='null when complete, else "timeout"')
+    complete: bool = Field(..., description="false: the answer is raw, see reason")
+    reason: MemberReason | None = Field(
+        None, description="null when complete; else why not (docs/integrations.md)"
+    )
     stats: GroupStatsOut | None = Field(None, description="the group's; null when incomplete")
     members: int = Field(..., description="members the answer was computed over")
+    round: int = Field(0, description="the round of group_id the member was in (0 first)")
 
     @classmethod
     def from_result(cls, r: MemberResult) -> MemberOut:

@@ -169,7 +169,7 @@ class MemberError(_message.Message):
     def __init__(self, type: _Optional[str] = ..., code: _Optional[str] = ..., message: _Optional[str] = ..., field: _Optional[str] = ...) -> None: ...
 
 class MemberResult(_message.Message):
-    __slots__ = ("group_id", "member_id", "reward", "raw_reward", "advantage", "complete", "reason", "stats", "members", "error")
+    __slots__ = ("group_id", "member_id", "reward", "raw_reward", "advantage", "complete", "reason", "stats", "members", "error", "round")
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
     REWARD_FIELD_NUMBER: _ClassVar[int]
@@ -180,6 +180,7 @@ class MemberResult(_message.Message):
     STATS_FIELD_NUMBER: _ClassVar[int]
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    ROUND_FIELD_NUMBER: _ClassVar[int]
     group_id: str
     member_id: str
     reward: float
@@ -190,4 +191,5 @@ class MemberResult(_message.Message):
     stats: GroupStats
     members: int
     error: MemberError
-    def __init__(self, group_id: _Optional[str] = ..., member_id: _Optional[str] = ..., reward: _Optional[float] = ..., raw_reward: _Optional[float] = ..., advantage: _Optional[float] = ..., complete: _Optional[bool] = ..., reason: _Optional[str] = ..., stats: _Optional[_Union[GroupStats, _Mapping]] = ..., members: _Optional[int] = ..., error: _Optional[_Union[MemberError, _Mapping]] = ...) -> None: ...
+    round: int
+    def __init__(self, group_id: _Optional[str] = ..., member_id: _Optional[str] = ..., reward: _Optional[float] = ..., raw_reward: _Optional[float] = ..., advantage: _Optional[float] = ..., complete: _Optional[bool] = ..., reason: _Optional[str] = ..., stats: _Optional[_Union[GroupStats, _Mapping]] = ..., members: _Optional[int] = ..., error: _Optional[_Union[MemberError, _Mapping]] = ..., round: _Optional[int] = ...) -> None: ...

@@ -89,11 +89,13 @@ class ReweighterServicer:
         """Group assembly (docs/integrations.md): one member of a group whose siblings arrive
         separately. Returns once the group has `group_size` distinct members - reweighted in
         member_id string order, so the answer equals Reweight on the group listed in that order -
-        or when the member's timeout passes (complete = false, reason = "timeout"). Idempotent per
-        (group_id, member_id). Errors as Reweight, plus ALREADY_EXISTS (the member was sent before
-        with another reward or input), FAILED_PRECONDITION (it does not fit its group: group_size,
-        method, params, advantages, input kind, or the group is full), RESOURCE_EXHAUSTED (too many
-        open groups or held members: retry), UNAVAILABLE (the shared store is down: retry).
+        or when the member's timeout passes (complete = false, reason says why). A member never
+        joins a round of the group that was already answered: it opens the next round (`round`).
+        Idempotent per (group_id, member_id). Errors as Reweight, plus ALREADY_EXISTS (the member
+        was sent before with another reward or input), FAILED_PRECONDITION (it does not fit its
+        group: group_size, method, params, advantages, input kind, or the group is full),
+        RESOURCE_EXHAUSTED (too many open groups or held members: retry), UNAVAILABLE (the shared
+        store is down, or holds records of another version during an upgrade: retry).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
