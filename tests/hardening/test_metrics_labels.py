@@ -13,9 +13,11 @@ import grpc
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from reweighter.methods.catalog import CATALOG
+
 from .conftest import AUTH, Served
 
-METHODS = {"dra", "mmr", "none", "", "other"}
+METHODS = {*CATALOG, "", "other"}  # a method of the catalogue, empty, or "other"
 ENDPOINTS = {"reweight", "embed", "info", "other"}
 
 
