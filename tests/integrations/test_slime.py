@@ -97,12 +97,17 @@ def args(**kw: Any) -> SimpleNamespace:
     return SimpleNamespace(**base)
 
 
+def in_group(batch: list[Sample], g: int) -> list[Sample]:
+    """A group's members in the documented member order (Sample.index)."""
+    return sorted((s for s in batch if s.group_index == g), key=lambda s: s.index)
+
+
 def expected(http: ReweighterClient, batch: list[Sample], advantages: str) -> list[float]:
-    """/v1/reweight on the groups, each listed in batch order."""
+    """/v1/reweight on the groups, members in Sample.index order."""
     groups = sorted({s.group_index for s in batch})
     req = ReweightRequest(
-        groups=[Group(rewards=[s.reward for s in batch if s.group_index == g],
-                      completions=[s.response for s in batch if s.group_index == g])
+        groups=[Group(rewards=[s.reward for s in in_group(batch, g)],
+                      completions=[s.response for s in in_group(batch, g)])
                 for g in groups],
         advantages=advantages,  # type: ignore[arg-type]
     )
@@ -110,8 +115,7 @@ def expected(http: ReweighterClient, batch: list[Sample], advantages: str) -> li
     by_sample: dict[int, float] = {}
     for g, gr in zip(groups, res.groups, strict=True):
         vals = gr.advantages if advantages != "none" else gr.rewards
-        members = [s for s in batch if s.group_index == g]
-        for s, v in zip(members, vals, strict=True):
+        for s, v in zip(in_group(batch, g), vals, strict=True):
             by_sample[s.index] = v
     return [by_sample[s.index] for s in batch]
 

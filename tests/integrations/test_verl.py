@@ -27,11 +27,8 @@ from tensordict import TensorDict  # noqa: E402
 from verl import DataProto  # noqa: E402
 from verl.experimental.reward_loop.reward_loop import RewardLoopWorker  # noqa: E402
 
-from reweighter.assembly import GroupAssembler, make_store  # noqa: E402
-from reweighter.integrations._stacks import InProcessMembers  # noqa: E402
+from reweighter.client import LocalClient  # noqa: E402
 from reweighter.types import Group, ReweightRequest  # noqa: E402
-
-from .conftest import loopback  # noqa: E402
 
 RESPONSE_LEN = 32
 SCORE = '''
@@ -152,13 +149,9 @@ def expected(engine: Any, batch: list, tokenizer: Any) -> dict[str, float]:
 
 async def test_groups_assembled_across_workers_in_process(engine, tokenizer, tmp_path) -> None:
     n = 4
-    settings = loopback()
-    assembler = GroupAssembler(engine, make_store(settings), settings)
-    try:
+    with LocalClient(engine) as members:  # the in-process client: engine + assembler, no wire
         batch = make_batch(tokenizer, prompts=5, n=n)
-        outs = await run_two_workers(verl_config(tmp_path, n), batch, InProcessMembers(assembler))
-    finally:
-        await assembler.aclose()
+        outs = await run_two_workers(verl_config(tmp_path, n), batch, members)
     want = expected(engine, batch, tokenizer)
     for (_, _, d), o in zip(batch, outs, strict=True):
         text = decoded(tokenizer, d)
@@ -175,36 +168,26 @@ async def test_member_key_makes_reruns_idempotent(engine, tokenizer, tmp_path) -
     """With a per-sample id column (reward.reweighter.member_key), a re-run of a sample is the
     same member: it gets the same answer, and the group is computed once."""
     n = 3
-    settings = loopback()
-    assembler = GroupAssembler(engine, make_store(settings), settings)
-    try:
+    with LocalClient(engine) as members:
         batch = make_batch(tokenizer, prompts=2, n=n, seed=4, tag="key")
         for i, (_, _, d) in enumerate(batch):
             d.non_tensor_batch["sample_id"] = np.array([f"s{i:03d}"], dtype=object)
         config = verl_config(tmp_path, n, member_key="sample_id")
-        members = InProcessMembers(assembler)
         outs = await run_two_workers(config, batch, members)
-        computed = assembler.stats.groups_computed
+        stats = members.aio.assembler.stats
+        computed = stats.groups_computed
         again = await run_two_workers(config, batch[:2], members)
-    finally:
-        await assembler.aclose()
     assert [o["reward_score"] for o in again] == [o["reward_score"] for o in outs[:2]]
-    assert assembler.stats.groups_computed == computed == 2
+    assert stats.groups_computed == computed == 2
 
 
 async def test_validation_passes_raw_rewards_through(engine, tokenizer, tmp_path) -> None:
     # Groups of val_kwargs.n=2 under rollout.n=4 would never complete: validation must not wait.
-    settings = loopback()
-    assembler = GroupAssembler(engine, make_store(settings), settings)
-    try:
+    with LocalClient(engine) as members:
         batch = [(u, t, sample(tokenizer, u, t, "11", split="test"))
                  for u, t, _ in make_batch(tokenizer, prompts=2, n=2)]
-        outs = await asyncio.wait_for(
-            run_two_workers(verl_config(tmp_path, 4), batch, InProcessMembers(assembler)), 30
-        )
-        assert assembler.stats.members == 0  # nothing was sent to assembly
-    finally:
-        await assembler.aclose()
+        outs = await asyncio.wait_for(run_two_workers(verl_config(tmp_path, 4), batch, members), 30)
+        assert members.aio._assembler is None  # nothing was sent to assembly
     for o in outs:
         assert o["reward_score"] == o["reward_extra_info"]["reweighter_raw"]
         assert o["reward_extra_info"]["reweighter_complete"] == 0.0

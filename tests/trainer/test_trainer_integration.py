@@ -58,10 +58,13 @@ def test_weighted_base_rewards_and_whole_groups(engine):
 
 
 def test_zero_spread_share_and_mmr_lambda(engine):
-    f = reweighted(ones, num_generations=2, backend=engine, method="mmr", params={"lambda": 0.5})
+    f = reweighted(ones, num_generations=2, backend=engine)
     metrics = {}
     f(["a", "a", "b", "b"], ["same", "same", "one", "two"], log_metric=metrics.__setitem__)
     assert metrics["reweighter/frac_zero_spread_base"] == 1.0  # all base rewards are 1
+    f = reweighted(has_x, num_generations=2, backend=engine, method="mmr", params={"lambda": 0.5})
+    f(["a", "a", "b", "b"], ["x one", "y two", "x three", "y four"], log_metric=metrics.__setitem__)
+    assert metrics["reweighter/frac_zero_spread_base"] == 0.0  # every group has a spread
     assert metrics["reweighter/lambda"] == 0.5
 
 
@@ -90,7 +93,7 @@ def test_advantages_mode_returns_the_backends_advantages(engine):
 def test_bad_weights_and_backend_are_named():
     with pytest.raises(ValueError, match="weights"):
         ReweightedReward([ones], object(), num_generations=2, weights=[1.0, 2.0])
-    with pytest.raises(ValueError, match="expected 'http://host:port'"):
+    with pytest.raises(ValueError, match="reweighter url 'ftp://x': expected http://host:port"):
         reweighted(ones, num_generations=2, backend="ftp://x")
 
 

@@ -1,8 +1,9 @@
 """The trainer's YAML config: GRPOConfig fields at the top level, plus four sections.
 
     model:      {tiny: {...}} (build a tiny local model), {smollm2: {}} or {name_or_path: ...}
-    dataset:    {name: arith | wordmath | wordadd | gsm8k | math, split, limit}
-    rewards:    {accuracy: weight, format: weight, final_answer: weight}
+    dataset:    {name: arith | wordmath | wordadd | digitpairs | gsm8k | math, split, limit}
+    rewards:    {name: weight}: accuracy, format, final_answer, correct, answer_format, cosine
+                (the papers' reward: {answer_format: 1.0, cosine: 2.0}; see rewards.py)
     reweighter: {backend, url | grpc, method, params, advantages, long_text, api_key, ...}
 
 Everything here is checked before any model or dataset is loaded, so a typo costs a second,
@@ -50,7 +51,7 @@ class ModelSection(BaseModel):
 
 class DatasetSection(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    name: Literal["arith", "wordmath", "wordadd", "gsm8k", "math"] = "arith"
+    name: Literal["arith", "wordmath", "wordadd", "digitpairs", "gsm8k", "math"] = "arith"
     split: str = "train"
     limit: int | None = Field(None, ge=1)
 
@@ -106,7 +107,9 @@ class TrainConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     model: ModelSection
     dataset: DatasetSection = Field(default_factory=DatasetSection)
-    rewards: dict[Literal["accuracy", "format", "final_answer"], float] = Field(
+    rewards: dict[
+        Literal["accuracy", "format", "final_answer", "correct", "answer_format", "cosine"], float
+    ] = Field(
         default_factory=lambda: {"accuracy": 1.0, "format": 0.2}
     )
     reweighter: ReweighterSection = Field(default_factory=ReweighterSection)

@@ -13,14 +13,14 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from reweighter.integrations.trl import Backend
+from reweighter.client import Reweighter
 from reweighter.types import ReweightRequest, ReweightResult
 
 
 class RecordingBackend:
     """Wraps a backend and records each request with its result, as the backend returned it."""
 
-    def __init__(self, inner: Backend, path: Path) -> None:
+    def __init__(self, inner: Reweighter, path: Path) -> None:
         self.inner = inner
         self.path = path
         self._lock = threading.Lock()

@@ -12,7 +12,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from reweighter.integrations.trl import Backend, ReweightedReward, connect
+from reweighter.client import Reweighter, connect
+from reweighter.config import Settings
+from reweighter.integrations.trl import ReweightedReward
 from reweighter.types import ReweightRequest, ReweightResult
 
 from .config import ConfigError, ReweighterSection, TrainConfig, grpo_args
@@ -32,14 +34,19 @@ class _MainProcessOnly:
         raise RuntimeError("the backend is only called on the main process")
 
 
-def build_backend(rw: ReweighterSection, rank: int) -> Backend:
+def build_backend(rw: ReweighterSection, rank: int) -> Reweighter:
     if rw.backend == "inprocess":
         # One embedding model per job, not per process: only rank 0 ever reweights.
-        return connect("inprocess", long_text=rw.long_text) if rank == 0 else _MainProcessOnly()
+        if rank != 0:
+            return _MainProcessOnly()  # type: ignore[return-value]
+        settings = Settings(long_text=rw.long_text) if rw.long_text else None
+        client = connect(rw.target, settings=settings)
+        client.info()  # loads the model now, before the dataset and the policy
+        return client
     key = "url" if rw.backend == "http" else "grpc"
     try:
         backend = connect(rw.target, api_key=rw.api_key, timeout_s=rw.timeout_s)
-        info = backend.info()  # type: ignore[attr-defined]
+        info = backend.info()
         wait_ready = getattr(backend, "wait_ready", None)
         if callable(wait_ready):  # reachable but still loading its model: wait, don't 503
             wait_ready(timeout=rw.timeout_s)

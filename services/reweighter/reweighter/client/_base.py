@@ -1,5 +1,6 @@
-"""What both async clients share: the group-member call, built once, and the async context
-manager. A transport implements `_submit` (send one MemberSubmission) and `close`."""
+"""What every async client shares: the one set of defaults, the group-member call, built once,
+and the async context manager. A transport implements `_submit` (send one MemberSubmission) and
+`close`."""
 
 from __future__ import annotations
 
@@ -9,6 +10,13 @@ from typing import Any, TypeVar
 from ..assembly.types import MemberResult, MemberSubmission
 from ..types import AdvantageKind, Method
 
+DEFAULT_URL = "http://127.0.0.1:8080"
+"""Where `reweighter serve` listens by default (HTTP)."""
+DEFAULT_GRPC_TARGET = "127.0.0.1:50051"
+"""Its gRPC port by default."""
+DEFAULT_TIMEOUT_S = 120.0
+"""How long one reweight/embed/info call may take before the client gives up: a large batch of
+long completions on a CPU service takes tens of seconds. Members wait by their own timeout_s."""
 MEMBER_MARGIN_S = 30.0
 """A member's answer may come this long after its timeout_s (Redis, load): the client waits
 timeout_s plus this before it gives up."""

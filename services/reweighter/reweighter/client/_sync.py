@@ -1,6 +1,10 @@
 """The sync clients are thin wrappers: the async client runs on a private event loop in a
 daemon thread, and each call waits for its result. One implementation per transport, and a
-sync client is safe to share between threads (calls are scheduled thread-safely)."""
+sync client is safe to share between threads (calls are scheduled thread-safely).
+
+`submit_member_async` is the same member call awaited from any other event loop (a stack's
+reward worker): it runs on the private loop and hands the answer back, so one client object
+serves sync and async callers, whichever loop or thread they are on."""
 
 from __future__ import annotations
 
@@ -68,6 +72,13 @@ class SyncClient(Generic[A]):
     def submit_member(self, *args: Any, **kwargs: Any) -> MemberResult:
         """One group member, as the async client's `submit_member` (same arguments)."""
         return self._run(self.aio.submit_member(*args, **kwargs))
+
+    async def submit_member_async(self, *args: Any, **kwargs: Any) -> MemberResult:
+        """`submit_member`, awaitable from any event loop; cancelling it cancels the call."""
+        if self._loop.is_closed():
+            raise RuntimeError("the client is closed")
+        coro = self.aio.submit_member(*args, **kwargs)
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop))
 
     def close(self) -> None:
         if self._loop.is_closed():

@@ -27,7 +27,7 @@ from ..assembly.types import MemberResult, MemberSubmission
 from ..errors import ReweighterError
 from ..limits import CLIENT_CHANNEL_OPTIONS
 from ..types import EmbedResult, EngineInfo, ReweightRequest, ReweightResult
-from ._base import AsyncClientBase
+from ._base import DEFAULT_GRPC_TARGET, DEFAULT_TIMEOUT_S, AsyncClientBase
 from ._sync import SyncClient
 from .retry import RetryPolicy
 
@@ -43,10 +43,10 @@ class AsyncGrpcReweighterClient(AsyncClientBase):
 
     def __init__(
         self,
-        target: str = "127.0.0.1:50051",
+        target: str = DEFAULT_GRPC_TARGET,
         *,
         api_key: str | None = None,
-        timeout: float = 60.0,
+        timeout: float = DEFAULT_TIMEOUT_S,
         retry: RetryPolicy | None = None,
         credentials: grpc.ChannelCredentials | None = None,
     ) -> None:

@@ -1,9 +1,14 @@
-"""What the stack adapters (slime, SkyRL, verl, OpenRLHF) share: a backend from a URL or the
-environment, and "reweight a flat batch whose groups are given by a key".
+"""What the stack adapters (TRL, slime, SkyRL, verl) share: their settings from the environment
+and "reweight a flat batch whose groups are given by a key".
 
 The stacks hand over flat lists (one entry per completion) tagged with a group key; the service
-wants groups. `reweight_by_key` does that regrouping once, in one backend call, and scatters the
-answers back to the flat order, so each adapter stays a few lines of field mapping.
+wants groups. `reweight_by_key` does that regrouping once, in one call, and scatters the answers
+back to the flat order, so each adapter stays a few lines of field mapping. Clients come from
+`reweighter.client.connect` and nowhere else.
+
+Member order: inside a group, members are sent in the order of the stack's own per-sample index
+(`order`: slime's Sample.index, SkyRL's repetition_id, TRL's generation index), so the request
+is the same whichever order the stack's batch arrived in.
 """
 
 from __future__ import annotations
@@ -12,19 +17,10 @@ import json
 import os
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-from ..assembly.types import MemberResult, MemberSubmission
-from ..client._base import AsyncClientBase
-from ..types import Group, ReweightRequest, ReweightResult
-
-DEFAULT_URL = "http://127.0.0.1:8080"
-
-
-class Backend(Protocol):
-    """Anything that reweights: ReweighterClient, GrpcReweighterClient, ReweightEngine."""
-
-    def reweight(self, request: ReweightRequest) -> ReweightResult: ...
+from ..client import DEFAULT_TIMEOUT_S, DEFAULT_URL, Reweighter
+from ..types import DEFAULT_METHOD, Group, ReweightRequest, ReweightResult
 
 
 @dataclass(frozen=True)
@@ -35,9 +31,9 @@ class StackSettings:
 
     url: str = DEFAULT_URL
     api_key: str | None = None
-    method: str = "dra"
+    method: str = str(DEFAULT_METHOD)
     params: Mapping[str, Any] = field(default_factory=dict)
-    timeout_s: float = 120.0
+    timeout_s: float = DEFAULT_TIMEOUT_S
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> StackSettings:
@@ -49,24 +45,18 @@ class StackSettings:
             raise ValueError(f"REWEIGHTER_PARAMS is not JSON: {raw_params!r}") from e
         if not isinstance(params, dict):
             raise ValueError(f"REWEIGHTER_PARAMS must be a JSON object, got {raw_params!r}")
+        raw_timeout = env.get("REWEIGHTER_TIMEOUT_S") or str(DEFAULT_TIMEOUT_S)
+        try:
+            timeout_s = float(raw_timeout)
+        except ValueError:
+            raise ValueError(f"REWEIGHTER_TIMEOUT_S is not a number: {raw_timeout!r}") from None
         return cls(
             url=env.get("REWEIGHTER_URL") or DEFAULT_URL,
             api_key=env.get("REWEIGHTER_API_KEY") or None,
-            method=env.get("REWEIGHTER_METHOD") or "dra",
+            method=env.get("REWEIGHTER_METHOD") or str(DEFAULT_METHOD),
             params=params,
-            timeout_s=float(env.get("REWEIGHTER_TIMEOUT_S") or 120.0),
+            timeout_s=timeout_s,
         )
-
-
-def backend_from(url: str, *, api_key: str | None = None, timeout_s: float = 120.0) -> Backend:
-    """A client for "http(s)://host:port" or "grpc://host:port"."""
-    from ..client import GrpcReweighterClient, ReweighterClient
-
-    if url.startswith(("http://", "https://")):
-        return ReweighterClient(url, api_key=api_key, timeout=timeout_s)
-    if url.startswith("grpc://"):
-        return GrpcReweighterClient(url.removeprefix("grpc://"), api_key=api_key, timeout=timeout_s)
-    raise ValueError(f"reweighter url {url!r}: expected 'http://host:port' or 'grpc://host:port'")
 
 
 @dataclass(frozen=True)
@@ -78,31 +68,41 @@ class Reweighted:
     mean_similarity: list[float]
     """Each completion's group statistic (the same value for every member of a group)."""
     groups: int
+    request: ReweightRequest | None = None
+    result: ReweightResult | None = None
+    members: list[list[int]] = field(default_factory=list)
+    """Each group's batch positions, in the order they were sent."""
 
 
 def reweight_by_key(
-    backend: Backend,
+    backend: Reweighter,
     keys: Sequence[Hashable],
     rewards: Sequence[float],
     completions: Sequence[str],
     *,
-    method: str = "dra",
+    order: Sequence[Any] | None = None,
+    method: str = str(DEFAULT_METHOD),
     params: Mapping[str, Any] | None = None,
     advantages: str = "none",
 ) -> Reweighted:
-    """Reweight a flat batch in ONE backend call; completions with equal keys form a group.
+    """Reweight a flat batch in ONE call; completions with equal keys form a group.
 
-    Groups keep the order of their first member and members keep batch order, so the answer
-    does not depend on how the stack interleaved the batch.
+    Inside a group, members are sorted by `order` (the stack's per-sample index; ties and
+    `order=None` keep batch order); groups keep the order of their first member, and a string
+    key is the group's id. The answer is scattered back to the batch's positions.
     """
-    if not len(keys) == len(rewards) == len(completions):
+    n = len(keys)
+    if not n == len(rewards) == len(completions) == (n if order is None else len(order)):
         raise ValueError(
-            f"keys, rewards and completions differ in length: "
-            f"{len(keys)}, {len(rewards)}, {len(completions)}"
+            f"keys, rewards, completions (and order) differ in length: {n}, {len(rewards)}, "
+            f"{len(completions)}" + ("" if order is None else f", {len(order)}")
         )
     members: dict[Hashable, list[int]] = {}
     for i, key in enumerate(keys):
         members.setdefault(key, []).append(i)
+    if order is not None:
+        for idx in members.values():
+            idx.sort(key=lambda i: order[i])  # stable: equal indices keep batch order
     if not members:
         return Reweighted([], [] if advantages != "none" else None, [], 0)
     request = ReweightRequest(
@@ -110,69 +110,32 @@ def reweight_by_key(
             Group(
                 rewards=[float(rewards[i]) for i in idx],
                 completions=[completions[i] for i in idx],
-                id=str(n),
+                id=key if isinstance(key, str) else str(g),
             )
-            for n, idx in enumerate(members.values())
+            for g, (key, idx) in enumerate(members.items())
         ],
         method=method,
         params=dict(params or {}),
         advantages=advantages,  # type: ignore[arg-type]
     )
     result = backend.reweight(request)
-    out = [0.0] * len(keys)
-    adv: list[float] | None = None if advantages == "none" else [0.0] * len(keys)
-    sim = [0.0] * len(keys)
+    want_adv = advantages != "none"
+    if len(result.groups) != len(members) or any(
+        len(r.rewards) != len(idx)
+        or (want_adv and (r.advantages is None or len(r.advantages) != len(idx)))
+        for r, idx in zip(result.groups, members.values(), strict=False)
+    ):
+        raise RuntimeError(
+            f"the reweighter answered {[len(r.rewards) for r in result.groups]} rewards for "
+            f"groups of {[len(idx) for idx in members.values()]}"
+        )
+    out = [0.0] * n
+    adv: list[float] | None = [0.0] * n if want_adv else None
+    sim = [0.0] * n
     for idx, group in zip(members.values(), result.groups, strict=True):
         for j, i in enumerate(idx):
             out[i] = group.rewards[j]
             sim[i] = group.stats.mean_similarity
-            if adv is not None and group.advantages is not None:
-                adv[i] = group.advantages[j]
-    return Reweighted(out, adv, sim, len(members))
-
-
-MemberBackend = AsyncClientBase
-"""Anything that takes one group member and answers once its group is whole: the async clients
-(`submit_member`) or an in-process GroupAssembler (wrapped by InProcessMembers)."""
-
-
-class InProcessMembers(AsyncClientBase):
-    """`submit_member` over a GroupAssembler in this process (the OpenRLHF endpoint inside the
-    service; tests): one of the clients, minus the wire. The assembler enforces the timeout."""
-
-    def __init__(self, assembler: Any) -> None:
-        self.assembler = assembler
-
-    async def _submit(self, sub: MemberSubmission, deadline: float | None) -> MemberResult:
-        return await self.assembler.submit(sub)
-
-    async def close(self) -> None:
-        return None
-
-
-def member_backend_from(url: str, *, api_key: str | None = None) -> MemberBackend:
-    """An async client for "http(s)://host:port" or "grpc://host:port" that can hold many
-    waiting members at once.
-
-    Members wait for their siblings, so a connection pool smaller than the number of members in
-    flight could queue the very siblings they wait for: the HTTP pool here is unbounded (the
-    service bounds held members and answers 429 beyond), and gRPC multiplexes one channel.
-    """
-    from ..client import AsyncGrpcReweighterClient, AsyncReweighterClient
-
-    if url.startswith(("http://", "https://")):
-        import httpx
-
-        headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
-        http = httpx.AsyncClient(
-            base_url=url,
-            headers=headers,
-            timeout=httpx.Timeout(120.0, connect=5.0, pool=None),
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
-        )
-        return AsyncReweighterClient(url, api_key=api_key, http=http)  # type: ignore[return-value]
-    if url.startswith("grpc://"):
-        return AsyncGrpcReweighterClient(  # type: ignore[return-value]
-            url.removeprefix("grpc://"), api_key=api_key
-        )
-    raise ValueError(f"reweighter url {url!r}: expected 'http://host:port' or 'grpc://host:port'")
+            if adv is not None:
+                adv[i] = group.advantages[j]  # type: ignore[index]  (checked above)
+    return Reweighted(out, adv, sim, len(members), request, result, list(members.values()))

@@ -4,7 +4,8 @@ SkyRL's trainer generates a whole batch, then calls
 `RayPPOTrainer.postprocess_generator_output(generator_output, uids)`, which turns the
 response-level `rewards` into per-token rewards before advantages are computed. Every entry's
 `trajectory_ids[i].instance_id` names its prompt, so groups are known: one /v1/reweight call
-per batch, no assembly. Plug it in with the mixin:
+per batch, no assembly; a group's members go in `trajectory_ids[i].repetition_id` order. Plug
+it in with the mixin:
 
     from skyrl_train.trainer import RayPPOTrainer
     from reweighter.integrations.skyrl import ReweighterPostprocessMixin
@@ -13,6 +14,11 @@ per batch, no assembly. Plug it in with the mixin:
         reweighter_url = "http://reweighter:8080"
 
 or call `reweight_generator_output` from your own trainer subclass.
+
+Metrics: SkyRL's own `reward/*` metrics (avg_raw_reward, avg_pass_at_n, mean_positive_reward)
+stay computed from the verifier's raw rewards; ours go beside them as `reweighter/raw_reward_mean`,
+`reweighter/reward_mean` (what training uses) and `reweighter/mean_similarity`. SkyRL's
+zero-variance filter sees the reweighted rewards, as its advantages do.
 """
 
 from __future__ import annotations
@@ -20,14 +26,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ._stacks import Backend, backend_from, reweight_by_key
+from ..client import DEFAULT_URL, Reweighter, connect
+from ._stacks import reweight_by_key
 
 Decode = Callable[[Sequence[int]], str]
 
 
 def reweight_generator_output(
     generator_output: Mapping[str, Any],
-    backend: Backend,
+    backend: Reweighter,
     decode: Decode,
     *,
     method: str = "dra",
@@ -54,6 +61,7 @@ def reweight_generator_output(
         [trajectory_ids[i].instance_id for i in picked],
         [float(rewards[i]) for i in picked],
         [decode(responses[i]) for i in picked],
+        order=[trajectory_ids[i].repetition_id for i in picked],
         method=method,
         params=params,
     )
@@ -70,21 +78,20 @@ def reweight_generator_output(
 
 class ReweighterPostprocessMixin:
     """Put before RayPPOTrainer in the bases; reweights, then lets SkyRL's own postprocessing
-    (per-token rewards, pass@n metrics) run on the result. Set `reweighter_url` (http:// or
-    grpc://), optionally `reweighter_method`, `reweighter_params`, `reweighter_api_key`, or
-    assign a client/engine to `reweighter_backend`."""
+    (per-token rewards, zero-variance filter) run on the result; SkyRL's reward metrics are then
+    recomputed from the raw rewards. Set `reweighter_url` (any `reweighter.client.connect` URL),
+    optionally `reweighter_method`, `reweighter_params`, `reweighter_api_key`, or assign a
+    client to `reweighter_backend`."""
 
-    reweighter_url: str = "http://127.0.0.1:8080"
+    reweighter_url: str = DEFAULT_URL
     reweighter_method: str = "dra"
     reweighter_params: Mapping[str, Any] = {}
     reweighter_api_key: str | None = None
-    reweighter_backend: Backend | None = None
+    reweighter_backend: Reweighter | None = None
 
     def postprocess_generator_output(self, generator_output: Any, uids: list[str]) -> Any:
         if self.reweighter_backend is None:
-            self.reweighter_backend = backend_from(
-                self.reweighter_url, api_key=self.reweighter_api_key
-            )
+            self.reweighter_backend = connect(self.reweighter_url, api_key=self.reweighter_api_key)
         tokenizer = self.tokenizer  # type: ignore[attr-defined]  (RayPPOTrainer has one)
         reweighted = reweight_generator_output(
             generator_output,
@@ -93,4 +100,35 @@ class ReweighterPostprocessMixin:
             method=self.reweighter_method,
             params=self.reweighter_params,
         )
-        return super().postprocess_generator_output(reweighted, uids)  # type: ignore[misc]
+        ours = {k: v for k, v in reweighted["rollout_metrics"].items() if k.startswith(_PREFIX)}
+        out = super().postprocess_generator_output(reweighted, uids)  # type: ignore[misc]
+        metrics = self.all_metrics  # type: ignore[attr-defined]
+        metrics.update(raw_reward_metrics(self.cfg, generator_output, uids))  # type: ignore[attr-defined]
+        metrics.update(ours)  # SkyRL read rollout_metrics before this hook: ours go here
+        return out
+
+
+_PREFIX = "reweighter/"
+
+
+def raw_reward_metrics(cfg: Any, generator_output: Mapping[str, Any], uids: list[str]) -> dict:
+    """SkyRL's `reward/*` metrics over the raw rewards, as its RayPPOTrainer's
+    postprocess_generator_output computes them (skyrl-train 0.3.1: last steps only in step-wise
+    mode; the test holds it to SkyRL's own method)."""
+    from skyrl_train.generators.utils import get_metrics_from_generator_output
+
+    last = generator_output.get("is_last_step")
+    if cfg.generator.step_wise_trajectories and last is not None:
+        keep = [i for i, is_last in enumerate(last) if is_last]
+        generator_output = {
+            k: [v[i] for i in keep] if isinstance(v, list) else v
+            for k, v in generator_output.items()
+        }
+        uids = [uids[i] for i in keep]
+    m = get_metrics_from_generator_output(generator_output, uids)  # type: ignore[arg-type]
+    n = cfg.generator.n_samples_per_prompt
+    return {
+        f"reward/avg_pass_at_{n}": m["pass_at_n"],
+        "reward/avg_raw_reward": m["avg_score"],
+        "reward/mean_positive_reward": m["mean_positive_reward"],
+    }

@@ -5,8 +5,9 @@
 slime calls the hook as `f(args, samples) -> (raw_rewards, rewards)` with the WHOLE rollout
 batch (every `Sample` carries its `group_index`), before advantages are computed; `rewards` is
 what the advantage estimator uses. So there is nothing to assemble: one /v1/reweight call per
-batch, groups keyed by `group_index`. The service is configured from the environment
-(REWEIGHTER_URL, REWEIGHTER_API_KEY, REWEIGHTER_METHOD, REWEIGHTER_PARAMS, REWEIGHTER_TIMEOUT_S).
+batch, groups keyed by `group_index`, members in `Sample.index` order. The client is configured
+from the environment (REWEIGHTER_URL, REWEIGHTER_API_KEY, REWEIGHTER_METHOD, REWEIGHTER_PARAMS,
+REWEIGHTER_TIMEOUT_S).
 
 slime's default post-processing normalises rewards per group for grpo/gspo/cispo (and
 reinforce_plus_plus_baseline) when `--rewards-normalization` is on, dividing by the std when
@@ -21,7 +22,8 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ._stacks import Backend, StackSettings, backend_from, reweight_by_key
+from ..client import Reweighter, connect
+from ._stacks import StackSettings, reweight_by_key
 
 _NORMALISED = ("grpo", "gspo", "cispo", "reinforce_plus_plus_baseline")
 _STD_NORMALISED = ("grpo", "gspo", "cispo")
@@ -52,10 +54,15 @@ def _group_key(i: int, sample: Any) -> tuple[str, int]:
     return ("g", sample.group_index) if sample.group_index is not None else ("solo", i)
 
 
+def _order(i: int, sample: Any) -> tuple[int, int]:
+    # Sample.index (slime's global sample index) orders a group's members; batch order if unset.
+    return (0, sample.index) if sample.index is not None else (1, i)
+
+
 def make_post_process(
-    backend: Backend, *, method: str = "dra", params: dict[str, Any] | None = None
+    backend: Reweighter, *, method: str = "dra", params: dict[str, Any] | None = None
 ) -> Callable[[Any, Sequence[Any]], tuple[list[float], list[float]]]:
-    """A slime reward post-process hook bound to a backend (a client or an engine)."""
+    """A slime reward post-process hook bound to a client (`reweighter.client.connect`)."""
 
     def post_process_rewards(args: Any, samples: Sequence[Any]) -> tuple[list[float], list[float]]:
         raw = [_reward_value(s, args) for s in samples]
@@ -67,6 +74,7 @@ def make_post_process(
             [_group_key(i, s) for i, s in enumerate(samples)],
             raw,
             [s.response for s in samples],
+            order=[_order(i, s) for i, s in enumerate(samples)],
             method=method,
             params=params,
             advantages=kind,
@@ -79,7 +87,7 @@ def make_post_process(
 @functools.cache
 def _default_hook() -> Callable[[Any, Sequence[Any]], tuple[list[float], list[float]]]:
     cfg = StackSettings.from_env()
-    client = backend_from(cfg.url, api_key=cfg.api_key, timeout_s=cfg.timeout_s)
+    client = connect(cfg.url, api_key=cfg.api_key, timeout_s=cfg.timeout_s)
     return make_post_process(client, method=cfg.method, params=dict(cfg.params))
 
 

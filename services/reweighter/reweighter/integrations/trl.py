@@ -5,9 +5,9 @@
 
 The returned callable follows TRL's reward convention, `f(prompts, completions, **columns)`. It
 scores each completion with the user's base reward functions (weighted sum), reweights every
-group of `num_generations` completions by DRA or MMR through a backend (the HTTP or gRPC service,
-or an in-process engine), and returns the reweighted reward; TRL then turns it into advantages,
-which is where both papers place the adjustment.
+group of `num_generations` completions by DRA or MMR through a client (`reweighter.client.connect`:
+the HTTP or gRPC service, or the engine in process), and returns the reweighted reward; TRL then
+turns it into advantages, which is where both papers place the adjustment.
 
 TRL calls reward functions on each process's slice of the batch, and one prompt's completions may
 straddle two processes. Reweighting needs the whole group, so every process contributes its
@@ -24,58 +24,13 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-from ..types import AdvantageKind, Group, LongTextPolicy, Method, ReweightRequest, ReweightResult
+from ..client import Reweighter, connect
+from ..types import AdvantageKind, Group, LongTextPolicy, Method, ReweightResult
+from ._stacks import reweight_by_key
 
 RewardFunc = Callable[..., Sequence[float | None]]
-
-
-class Backend(Protocol):
-    """Anything that reweights: ReweightEngine, ReweighterClient, GrpcReweighterClient."""
-
-    def reweight(self, request: ReweightRequest) -> ReweightResult: ...
-
-
-def connect(
-    target: str | Backend,
-    *,
-    api_key: str | None = None,
-    long_text: LongTextPolicy | str | None = None,
-    timeout_s: float | None = None,
-) -> Backend:
-    """A backend from a string: "http(s)://host:port", "grpc://host:port", or "inprocess".
-
-    An object with a `reweight` method is returned unchanged (your own engine or client).
-    """
-    if not isinstance(target, str):
-        if not callable(getattr(target, "reweight", None)):
-            raise TypeError("backend must be a URL string or an object with a reweight() method")
-        return target
-    if target == "inprocess":
-        from ..config import Settings
-        from ..engine import ReweightEngine
-
-        settings = Settings(long_text=long_text) if long_text else Settings()
-        engine = ReweightEngine(settings)
-        engine.load()
-        return engine
-    kwargs: dict[str, Any] = {}
-    if api_key is not None:
-        kwargs["api_key"] = api_key
-    if timeout_s is not None:
-        kwargs["timeout"] = timeout_s
-    if target.startswith(("http://", "https://")):
-        from ..client import ReweighterClient
-
-        return ReweighterClient(target, **kwargs)
-    if target.startswith("grpc://"):
-        from ..client import GrpcReweighterClient
-
-        return GrpcReweighterClient(target.removeprefix("grpc://"), **kwargs)
-    raise ValueError(
-        f"backend {target!r}: expected 'http://host:port', 'grpc://host:port' or 'inprocess'"
-    )
 
 
 def completion_text(completion: Any) -> str:
@@ -134,7 +89,8 @@ class ReweightedReward:
     """
 
     reward_funcs: Sequence[RewardFunc]
-    backend: Backend
+    backend: Reweighter
+    """A client (`reweighter.client.connect`), or anything with `reweight` (a ReweightEngine)."""
     num_generations: int
     weights: Sequence[float] | None = None
     method: Method | str = Method.DRA
@@ -238,32 +194,25 @@ class ReweightedReward:
         base = [r for s in slices for r in s.rewards]
         size = self._group_size(prompts)
         step = slices[0].step
-        groups = [
-            Group(
-                rewards=base[i : i + size],
-                completions=texts[i : i + size],
-                id=f"{step}:{i // size}:{_key(prompts[i])}",
-            )
-            for i in range(0, len(texts), size)
-        ]
-        request = ReweightRequest(
-            groups=groups, method=self.method, params=dict(self.params), advantages=self.advantages
-        )
+        # consecutive runs of `size` (checked to be one prompt each); the key is the group's id
+        keys = [f"{step}:{i // size}:{_key(prompts[i - i % size])}" for i in range(len(texts))]
         t0 = time.perf_counter()
-        result = self.backend.reweight(request)
+        out = reweight_by_key(
+            self.backend,
+            keys,
+            base,
+            texts,
+            method=str(self.method),
+            params=self.params,
+            advantages=str(self.advantages),
+        )
         self.timings.backend_s += time.perf_counter() - t0
         self.timings.calls += 1
-        self.timings.groups += len(groups)
+        self.timings.groups += out.groups
         self.timings.completions += len(texts)
-        if len(result.groups) != len(groups):
-            raise RuntimeError(f"backend returned {len(result.groups)} groups for {len(groups)}")
-        out: list[float] = []
-        for g, r in zip(groups, result.groups, strict=True):
-            values = r.advantages if self.advantages != AdvantageKind.NONE else r.rewards
-            if values is None or len(values) != len(g.rewards):
-                raise RuntimeError(f"backend returned a malformed result for group {g.id}")
-            out.extend(float(v) for v in values)
-        return out, _stats(groups, result)
+        assert out.request is not None and out.result is not None  # a non-empty batch
+        values = out.advantages if out.advantages is not None else out.rewards
+        return values, _stats(list(out.request.groups), out.result)
 
     def _group_size(self, prompts: list[Any]) -> int:
         """num_generations (train) or num_generations_eval, whichever cuts the batch into
@@ -334,7 +283,7 @@ def _world() -> tuple[int, int]:
 def reweighted(
     *reward_funcs: RewardFunc,
     num_generations: int,
-    backend: str | Backend = "inprocess",
+    backend: str | Reweighter = "inprocess",
     method: Method | str = Method.DRA,
     params: Mapping[str, Any] | None = None,
     weights: Sequence[float] | None = None,
@@ -345,12 +294,21 @@ def reweighted(
 ) -> ReweightedReward:
     """The one-liner: `reward_funcs=[reweighted(acc, fmt, num_generations=8, backend=URL)]`.
 
-    `backend` is "inprocess" (load the embedding model here), "http://host:port",
-    "grpc://host:port", or an object with `reweight(ReweightRequest)`.
+    `backend` is a `reweighter.client.connect` URL ("http://host:port", "grpc://host:port",
+    "inprocess" to load the embedding model here) or an object with `reweight(ReweightRequest)`.
     """
+    if isinstance(backend, str):
+        settings = None
+        if long_text is not None:
+            from ..config import Settings
+
+            settings = Settings(long_text=long_text)
+        backend = connect(backend, api_key=api_key, settings=settings)
+    elif not callable(getattr(backend, "reweight", None)):
+        raise TypeError("backend must be a URL string or an object with a reweight() method")
     return ReweightedReward(
         reward_funcs=list(reward_funcs),
-        backend=connect(backend, api_key=api_key, long_text=long_text),
+        backend=backend,
         num_generations=num_generations,
         weights=weights,
         method=method,

@@ -12,9 +12,15 @@ call returns once all n are in, with this sample's reweighted reward. The base r
 a registered verl manager (`reward.reweighter.base`, default "naive") with the usual
 `custom_reward_function`; verl's GRPO then computes advantages from the reweighted rewards.
 
-Member ids: verl hands `run_single` no per-sample id (siblings share `uid` and every
-non-tensor field), so each call draws a fresh one and the client's retries reuse it. If your
-data carries a per-sample id, name it with `reward.reweighter.member_key` and it is used instead.
+Member ids, and so the member order (the group is reweighted in member_id order): verl 0.9's
+agent loop gives every sample of a step a `priority` (its position in the repeated batch, so
+siblings are consecutive in rollout order) and it reaches `run_single`. The member id is that
+number, zero-padded, then a digest of the response text: the order is the rollout order on
+every run, whatever the arrival order, and a retried sample is the same member. Name another
+per-sample column with `reward.reweighter.member_key` to use it instead (do so if your data sets
+its own `priority` per prompt: siblings with the same priority and the same text would be one
+member). Without either (older verl), the id is the digest plus a random suffix: the order is
+by content, and only identical texts are ordered at random.
 
 Validation: verl does not tell `run_single` it is validating, and validation repeats prompts
 `val_kwargs.n` times under their own uids. A sample counts as validation when its batch's
@@ -23,12 +29,14 @@ Validation: verl does not tell `run_single` it is validating, and validation rep
 through. Every answer adds `reweighter_raw`, `reweighter_complete` and
 `reweighter_similarity` to `reward_extra_info` (the same keys on every sample, as verl needs).
 
-Other `reward.reweighter` keys: method, params, api_key, timeout_s (the server default if
-unset), group_size (default rollout.n).
+Other `reward.reweighter` keys: url (any `reweighter.client.connect` URL, default
+http://127.0.0.1:8080), method, params, api_key, timeout_s (a member's wait; the server default
+if unset), group_size (default rollout.n).
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import uuid
 from collections.abc import Mapping
@@ -38,7 +46,7 @@ from verl import DataProto
 from verl.experimental.reward_loop.reward_manager import get_reward_manager_cls
 from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
 
-from reweighter.integrations._stacks import MemberBackend, member_backend_from
+from reweighter.client import DEFAULT_URL, Reweighter, connect
 
 DEFAULT_VAL_SPLITS = ("test", "val", "validation")
 
@@ -65,7 +73,7 @@ class ReweighterRewardManager(RewardManagerBase):
         compute_score: Any,
         reward_router_address: str | None = None,
         reward_model_tokenizer: Any = None,
-        backend: MemberBackend | None = None,
+        backend: Reweighter | None = None,
     ) -> None:
         super().__init__(config, tokenizer, compute_score)
         cfg = _settings(config)
@@ -84,15 +92,23 @@ class ReweighterRewardManager(RewardManagerBase):
         self.member_key: str | None = cfg.get("member_key")
         self.val_splits = tuple(cfg.get("val_splits") or DEFAULT_VAL_SPLITS)
         self._backend = backend
-        self._url = str(cfg.get("url", "http://127.0.0.1:8080"))
+        self._url = str(cfg.get("url") or DEFAULT_URL)
         self._api_key: str | None = cfg.get("api_key")
 
     @property
-    def backend(self) -> MemberBackend:
-        # Made on first use, inside the worker's event loop (async clients bind to it).
-        if self._backend is None:
-            self._backend = member_backend_from(self._url, api_key=self._api_key)
+    def backend(self) -> Reweighter:
+        if self._backend is None:  # on first use: a manager that only validates opens nothing
+            self._backend = connect(self._url, api_key=self._api_key)
         return self._backend
+
+    def member_id(self, ntb: Mapping[str, Any], text: str) -> str:
+        """This sample's id in its group; ids sort in the documented member order."""
+        if self.member_key and self.member_key in ntb:
+            return str(ntb[self.member_key])
+        digest = hashlib.sha256(text.encode()).hexdigest()[:24]
+        if "priority" in ntb:
+            return f"p{int(ntb['priority']):012d}-{digest}"
+        return f"c{digest}-{uuid.uuid4().hex[:8]}"
 
     def _is_validation(self, data: DataProto, ntb: Mapping[str, Any]) -> bool:
         if data.meta_info.get("validate", False):
@@ -117,14 +133,10 @@ class ReweighterRewardManager(RewardManagerBase):
                 reweighter_raw=raw, reweighter_complete=0.0, reweighter_similarity=math.nan
             )
             return {"reward_score": raw, "reward_extra_info": extra}
-        if self.member_key and self.member_key in ntb:
-            member_id = str(ntb[self.member_key])
-        else:
-            member_id = uuid.uuid4().hex
         text = await self.loop.run_in_executor(None, self._response_text, item)
-        result = await self.backend.submit_member(
+        result = await self.backend.submit_member_async(
             str(ntb["uid"]),
-            member_id,
+            self.member_id(ntb, text),
             self.group_size,
             raw,
             completion=text,
