@@ -39,8 +39,19 @@ from ...verify import Verifier, response_of
 from ...verify.math_answers import math_verifier
 from ...verify.upstream import UpstreamVerifier
 from ..metrics import Metrics
+from .router import ERROR_RESPONSES
+from .schemas import ErrorOut
 
 log = logging.getLogger(__name__)
+
+_RESPONSES: dict[int | str, dict[str, Any]] = {
+    **ERROR_RESPONSES,
+    401: {"model": ErrorOut, "description": "missing or wrong API key (/v1/openrlhf/reward) or "
+          "OpenRLHF token (/v1/openrlhf/<token>/reward)"},
+    409: {"model": ErrorOut, "description": "a sample does not fit its round (`field` names "
+          "what differs)"},
+    502: {"model": ErrorOut, "description": "the upstream reward server failed; retry"},
+}  # fmt: skip
 
 PATH = "/v1/openrlhf/reward"
 TOKEN_PATH = re.compile(r"^/v1/openrlhf/(?P<token>[^/]+)/reward$")
@@ -175,7 +186,7 @@ def build_openrlhf_router(
     for path in paths:
         router.add_api_route(
             path, reward, methods=["POST"], response_model=OpenRLHFRewardOut,
-            summary="OpenRLHF remote reward (--reward.remote_url)",
+            responses=_RESPONSES, summary="OpenRLHF remote reward (--reward.remote_url)",
         )  # fmt: skip
     return router
 
