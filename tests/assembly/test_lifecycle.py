@@ -5,8 +5,10 @@ member answers (complete, short, retried, next round)."""
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -24,6 +26,7 @@ from reweighter.server import BackgroundService
 from .conftest import settings
 
 NO_RETRY = RetryPolicy(retries=0)
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
 def metric(url: str, name: str) -> float:
@@ -144,3 +147,13 @@ def test_http_and_grpc_give_identical_member_answers(engine: ReweightEngine) -> 
                   "advantages": "grpo", "timeout_s": 0.5},
         ).json()  # fmt: skip
         assert (raw["reason"], raw["round"], raw["members"]) == ("short", 0, 1)
+        # every assembly metric the docs name is on /metrics (with its _total when a counter)
+        exported = {
+            line.split("{")[0].split()[0]
+            for line in httpx.get(f"{svc.http_url}/metrics").text.splitlines()
+            if line.startswith("reweighter_assembly_")
+        }
+        named = set()
+        for doc in ("operations.md", "integrations.md"):
+            named |= set(re.findall(r"reweighter_assembly_[a-z_]+", (DOCS / doc).read_text()))
+        assert named and named <= exported, named - exported
