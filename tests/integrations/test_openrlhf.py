@@ -40,6 +40,7 @@ from reweighter.api.http.app import create_app  # noqa: E402
 from reweighter.api.http.openrlhf import build_openrlhf_router, is_token_path  # noqa: E402
 from reweighter.api.metrics import Metrics  # noqa: E402
 from reweighter.assembly import GroupAssembler, make_store  # noqa: E402
+from reweighter.assembly.rounds import Rounds  # noqa: E402
 from reweighter.config import OpenRLHFSettings  # noqa: E402
 from reweighter.logs import RedactFilter  # noqa: E402
 from reweighter.service import BackgroundService  # noqa: E402
@@ -461,3 +462,37 @@ def test_the_parser_harness_refuses_what_openrlhf_refuses(tmp_path) -> None:
                           "8", "--label_key", "answer"], tmp_path)  # fmt: skip
     assert run.returncode == 2
     assert "unrecognized arguments: --remote_rm_url" in run.stderr
+
+
+def test_round_rules() -> None:
+    """assembly/rounds.py on its own, with a clock the test moves: re-posts, repeated
+    completions, a prompt coming back, and which short rounds are surplus."""
+    now = [0.0]
+    rounds = Rounds("t", retry_window_s=60.0, burst_s=150.0, clock=lambda: now[0])
+    a, a2, b = rounds.enter("p", "p a", 3), rounds.enter("p", "p a", 3), rounds.enter("p", "p b", 3)
+    assert a.round == a2.round == b.round == 0
+    assert a2.member_id == a.member_id + ".1"  # the same text while the first waits: a copy
+    assert b.group_id == a.group_id
+    # a fourth sample: round 0 is full, so round 1, opened 0 s after round 0 filled
+    c = rounds.enter("p", "p c", 3)
+    assert c.round == 1 and c.group_id != a.group_id
+    for seat in (a, a2, b):
+        assert rounds.leave(seat, answered=True, members=3, n=3) is None
+    now[0] = 10.0
+    assert rounds.enter("p", "p b", 3).round == 0  # a re-post of an answered member: its round
+    now[0] = 150.0
+    short = rounds.leave(c, answered=True, members=1, n=3)  # c's round closed short
+    assert short is not None and short.after_full_round and short.round == 1
+    assert "likely n_samples_per_prompt = 4" in short.message()
+    now[0] = 400.0  # the prompt comes back: round 1 was answered, so round 2
+    d = rounds.enter("p", "p c", 3)  # even with c's text: past the retry window, a new sample
+    assert d.round == 2
+    now[0] = 600.0  # it waits alone; answered short long after any full round: "short"
+    short = rounds.leave(d, answered=True, members=1, n=3)
+    assert short is not None and not short.after_full_round
+    assert "only 1 of n=3" in short.message()
+    assert rounds.leave(d, answered=True, members=1, n=3) is None  # once per round
+    e = rounds.enter("p", "p e", 3)
+    assert e.round == 3
+    assert rounds.leave(e, answered=False, members=0, n=3) is None  # an error is no answer
+    assert rounds.enter("p", "p f", 3).round == 3  # so its round stays open

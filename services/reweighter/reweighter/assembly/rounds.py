@@ -113,7 +113,7 @@ class Rounds:
         copies = state.in_flight.get(qhash, 0)
         member = qhash if copies == 0 else f"{qhash}.{copies}"
         before = state.previous.get(member)
-        if member in state.members:  # a re-post while its round is open
+        if member in state.members and not state.answered:  # a re-post, its round still open
             seat_round = state.round
         elif before is not None and now - before[1] <= self.retry_window_s:
             seat_round = before[0]  # a re-post of an answered member: the store has its answer
