@@ -291,6 +291,11 @@ async def test_memory_store_expires_open_rounds_and_results() -> None:
         ({"params": {"eps": -3}}, "params.eps", InvalidInput),
         ({"params": {"bogus": 1}}, "params.bogus", InvalidInput),
         ({"advantages": "ppo"}, "advantages", InvalidInput),
+        ({"completion": "\ud800"}, "completion", InvalidInput),  # with an embedding: not both
+        ({"embedding": None, "completion": "\ud800"}, "completion", InvalidInput),
+        ({"embedding": None, "completion": "x" * 4_000_001}, "completion", LimitExceeded),
+        ({"embedding": [[1.0, 0.0]]}, "embedding", InvalidInput),
+        ({"embedding": []}, "embedding", InvalidInput),
     ],
 )
 async def test_bad_members_are_refused_naming_the_field(
@@ -341,3 +346,27 @@ async def test_closing_answers_waiters_with_a_retryable_error(engine: ReweightEn
     with pytest.raises(StoreUnavailable, match="stopping") as e:
         await asyncio.wait_for(waiting, 2)
     assert e.value.http_status == 503
+
+
+@pytest.mark.parametrize(
+    ("reward", "embedding"),
+    [(float("nan"), [1.0, 0.0]), ("1", [1.0, 0.0]), (10**400, [1.0, 0.0]),
+     (1.0, [0.0, 0.0]), (1.0, [1.0, float("inf")])],
+)  # fmt: skip
+def test_a_member_is_judged_by_the_request_rules(reward: object, embedding: list) -> None:
+    """One validation path: check_member fails with the class and message check_request gives
+    the same values in a one-member group; only the field differs (flat for a member)."""
+    from reweighter.engine.checks import check_member, check_request
+    from reweighter.limits import Limits
+    from reweighter.types import Group, ReweightRequest
+
+    limits = Limits.from_settings(settings())
+    sub = MemberSubmission("g", "a", 2, reward, embedding=embedding)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput) as member:
+        check_member(sub, limits, default_timeout_s=1.0, max_timeout_s=2.0)
+    with pytest.raises(InvalidInput) as request:
+        check_request(ReweightRequest([Group([reward], embeddings=[embedding])]), limits)  # type: ignore[list-item]
+    assert member.value.message == request.value.message
+    assert (member.value.field, request.value.field) in (
+        ("reward", "groups[0].rewards[0]"), ("embedding", "groups[0].embeddings[0]")
+    )  # fmt: skip

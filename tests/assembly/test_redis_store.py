@@ -74,6 +74,11 @@ async def test_replicas_share_the_bounds(
         ]
         await asyncio.sleep(0.3)
         assert await reps[0].store.counts() == (2, 3)
+        for _ in range(40):  # the fill gauge (read every second) counts both replicas' groups
+            if (reps[0].stats.store_groups, reps[0].stats.store_members) == (2, 3):
+                break
+            await asyncio.sleep(0.1)
+        assert (reps[0].stats.store_groups, reps[0].stats.store_members) == (2, 3)
         with pytest.raises(Overloaded, match="groups"):
             await reps[0].submit(dataclasses.replace(sub, group_id="c"))
         with pytest.raises(Overloaded, match="members"):  # the store's bound, not this replica's
