@@ -55,8 +55,10 @@ def write(path: Path, pins: dict[str, str]) -> None:
 
 
 def main() -> None:
-    write(HERE / "requirements-service.txt", closure(()))
-    write(HERE / "requirements-trainer.txt", closure(("trainer",)))
+    # The service image is `reweighter[server]`; the trainer image carries the server too, for
+    # its in-process backend (the default of a config without reweighter.url / grpc).
+    write(HERE / "requirements-service.txt", closure(("server",)))
+    write(HERE / "requirements-trainer.txt", closure(("server", "trainer")))
 
 
 if __name__ == "__main__":

@@ -102,23 +102,30 @@ def test_bad_outputs_name_the_field(http: ReweighterClient, tokenizer: Any) -> N
         reweight_generator_output({**out, "rewards": [[0.0, 1.0], [1.0]]}, http, str)
 
 
+def bare_trainer(cls: type, tokenizer: Any, step_wise: bool = False) -> Any:
+    """A SkyRL trainer made without __init__ (which starts Ray workers): its
+    postprocess_generator_output reads only cfg, tokenizer and all_metrics."""
+    from omegaconf import OmegaConf
+
+    trainer = object.__new__(cls)
+    trainer.cfg = OmegaConf.create({
+        "generator": {"n_samples_per_prompt": 5, "step_wise_trajectories": step_wise},
+        "trainer": {"algorithm": {"zero_variance_filter": False}},
+    })
+    trainer.tokenizer = tokenizer
+    trainer.all_metrics = {}
+    return trainer
+
+
 def test_mixin_on_the_real_trainer(service, tokenizer: Any, http) -> None:
     """The mixin over skyrl-train's own RayPPOTrainer.postprocess_generator_output (per-token
-    rewards, pass@n metrics). The trainer is made without __init__, which starts Ray workers;
-    the method reads only cfg, tokenizer and all_metrics."""
-    from omegaconf import OmegaConf
+    rewards, pass@n metrics)."""
     from skyrl_train.trainer import RayPPOTrainer
 
     class Trainer(ReweighterPostprocessMixin, RayPPOTrainer):
         reweighter_url = service.http_url
 
-    trainer = object.__new__(Trainer)
-    trainer.cfg = OmegaConf.create({
-        "generator": {"n_samples_per_prompt": 5, "step_wise_trajectories": False},
-        "trainer": {"algorithm": {"zero_variance_filter": False}},
-    })
-    trainer.tokenizer = tokenizer
-    trainer.all_metrics = {}
+    trainer = bare_trainer(Trainer, tokenizer)
     out = make_output(tokenizer)
     want = expected(http, out, tokenizer)
     uids = [t.instance_id for t in out["trajectory_ids"]]
@@ -127,3 +134,71 @@ def test_mixin_on_the_real_trainer(service, tokenizer: Any, http) -> None:
     assert all(sum(row[:-1]) == 0.0 for row in got["rewards"])
     assert len(got["rewards"][0]) == len(out["response_ids"][0])
     assert "reward/avg_pass_at_5" in trainer.all_metrics
+
+
+@pytest.mark.parametrize("step_wise", [False, True])
+def test_skyrl_metrics_stay_raw_and_ours_go_beside(
+    service, tokenizer: Any, step_wise: bool
+) -> None:
+    """Issue 21 item 6: SkyRL's own reward/* metrics are what plain RayPPOTrainer reports for
+    the same raw output (not the reweighted mean); reweighter/* sit beside them in all_metrics
+    (SkyRL copied rollout_metrics into all_metrics before this hook runs)."""
+    import copy
+
+    from skyrl_train.trainer import RayPPOTrainer
+
+    class Trainer(ReweighterPostprocessMixin, RayPPOTrainer):
+        reweighter_url = service.http_url
+
+    out = make_output(tokenizer, seed=5)
+    if step_wise:
+        out["is_last_step"] = [i % 3 != 0 for i in range(len(out["rewards"]))]
+    uids = [t.instance_id for t in out["trajectory_ids"]]
+    plain = bare_trainer(RayPPOTrainer, tokenizer, step_wise)
+    plain.postprocess_generator_output(copy.deepcopy(out), uids)
+    ours = bare_trainer(Trainer, tokenizer, step_wise)
+    got = ours.postprocess_generator_output(copy.deepcopy(out), uids)
+
+    raw_keys = {k for k in plain.all_metrics if k.startswith("reward/")}
+    assert raw_keys == {"reward/avg_pass_at_5", "reward/avg_raw_reward",
+                        "reward/mean_positive_reward"}
+    for k in raw_keys:
+        assert ours.all_metrics[k] == pytest.approx(plain.all_metrics[k], abs=1e-12), k
+    last = [i for i in range(len(out["rewards"])) if not step_wise or out["is_last_step"][i]]
+    trained = [got["rewards"][i][-1] for i in last]
+    raw_mean = sum(out["rewards"][i] for i in last) / len(last)
+    assert ours.all_metrics["reward/avg_raw_reward"] == pytest.approx(raw_mean)
+    assert ours.all_metrics["reweighter/raw_reward_mean"] == pytest.approx(raw_mean)
+    assert ours.all_metrics["reweighter/reward_mean"] == pytest.approx(sum(trained) / len(last))
+    assert abs(ours.all_metrics["reweighter/reward_mean"] - raw_mean) > 1e-3  # they differ
+    assert 0.0 < ours.all_metrics["reweighter/mean_similarity"] <= 1.0
+
+
+def test_member_order_is_repetition_id(http: ReweighterClient, tokenizer: Any) -> None:
+    """Issue 21 item 5: a group's members go in repetition_id order, so two arrival orders send
+    the same request and get the same rewards per trajectory."""
+    requests: list[ReweightRequest] = []
+
+    class Recording:
+        def reweight(self, request: ReweightRequest):  # noqa: ANN202
+            requests.append(request)
+            return http.reweight(request)
+
+    decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=True)  # noqa: E731
+    base = make_output(tokenizer, seed=1)
+    by_traj = []
+    for seed in (1, 2):  # the same trajectories, arriving in two orders
+        perm = list(range(len(base["rewards"])))
+        random.Random(seed).shuffle(perm)
+        out = {k: [v[i] for i in perm] if isinstance(v, list) else v for k, v in base.items()}
+        new = reweight_generator_output(out, Recording(), decode, method="mmr",
+                                        params={"lambda": 0.5})
+        by_traj.append({t.to_string(): r for t, r in
+                        zip(out["trajectory_ids"], new["rewards"], strict=True)})
+    assert by_traj[0] == by_traj[1]
+    first, second = ({g.id: list(g.completions) for g in r.groups} for r in requests)
+    assert first == second  # the same groups, members in the same order
+    rep = {(t.instance_id, decode(ids)): t.repetition_id
+           for t, ids in zip(base["trajectory_ids"], base["response_ids"], strict=True)}
+    for gid, texts in first.items():
+        assert [rep[(gid, t)] for t in texts] == [0, 1, 2, 3, 4]

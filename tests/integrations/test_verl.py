@@ -206,3 +206,51 @@ async def test_groups_assembled_over_the_service(
     for (_, _, d), o in zip(batch, outs, strict=True):
         assert o["reward_extra_info"]["reweighter_complete"] == 1.0
         assert o["reward_score"] == pytest.approx(want[decoded(tokenizer, d)], abs=1e-6)
+
+
+class RecordingMembers:
+    """The in-process client, recording each member id the manager sends."""
+
+    def __init__(self, inner: LocalClient) -> None:
+        self.inner, self.sent = inner, []
+
+    async def submit_member_async(self, group_id, member_id, *args, **kwargs):  # noqa: ANN001, ANN201
+        self.sent.append((group_id, member_id, kwargs["completion"]))
+        return await self.inner.submit_member_async(group_id, member_id, *args, **kwargs)
+
+
+@pytest.mark.parametrize("with_priority", [True, False])
+async def test_member_order_does_not_depend_on_arrival_or_random_ids(
+    engine, tokenizer, tmp_path, with_priority: bool
+) -> None:
+    """Issue 21 item 5: two runs of the same step, arriving in different orders (and, without
+    verl's `priority`, with different random id suffixes), give identical rewards with MMR,
+    and the member ids sort into the documented order: rollout order from `priority` (as verl
+    0.9.1's AgentLoopManager.generate_sequences sets it: np.arange over the repeated batch),
+    else content order."""
+    n, prompts = 4, 3
+    rows = make_batch(tokenizer, prompts=prompts, n=n, seed=0, tag=f"order{with_priority}")
+    rows.sort(key=lambda r: (r[0], int(r[1].split()[1])))  # uid, then "case k": rollout order
+    if with_priority:
+        for pos, (_, _, d) in enumerate(rows):
+            d.non_tensor_batch["priority"] = np.array([pos], dtype=np.int64)
+    config = verl_config(tmp_path, n, method="mmr", params={"lambda": 0.5})
+    runs = []
+    for seed in (1, 2):
+        batch = list(rows)
+        random.Random(seed).shuffle(batch)
+        with LocalClient(engine) as client:
+            members = RecordingMembers(client)
+            outs = await run_two_workers(config, batch, members)
+        rewards = {t: o["reward_score"] for (_, t, _), o in zip(batch, outs, strict=True)}
+        order = {}
+        for gid, _mid, text in sorted(members.sent):  # sorted by member id
+            order.setdefault(gid, []).append(text)
+        runs.append((rewards, order))
+        assert all(o["reward_extra_info"]["reweighter_complete"] == 1.0 for o in outs)
+    assert runs[0][0] == runs[1][0]  # identical rewards, to the bit
+    assert runs[0][1] == runs[1][1]  # the same member order in every group
+    if with_priority:
+        for gid, texts in runs[0][1].items():
+            decoded_rows = [decoded(tokenizer, d) for u, _, d in rows if u == gid]
+            assert texts == decoded_rows  # rollout order

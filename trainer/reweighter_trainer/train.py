@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from reweighter.client import Reweighter, connect
-from reweighter.config import Settings
 from reweighter.integrations.trl import ReweightedReward
 from reweighter.types import ReweightRequest, ReweightResult
 
@@ -39,8 +38,7 @@ def build_backend(rw: ReweighterSection, rank: int) -> Reweighter:
         # One embedding model per job, not per process: only rank 0 ever reweights.
         if rank != 0:
             return _MainProcessOnly()  # type: ignore[return-value]
-        settings = Settings(long_text=rw.long_text) if rw.long_text else None
-        client = connect(rw.target, settings=settings)
+        client = connect(rw.target, settings={"long_text": rw.long_text} if rw.long_text else None)
         client.info()  # loads the model now, before the dataset and the policy
         return client
     key = "url" if rw.backend == "http" else "grpc"

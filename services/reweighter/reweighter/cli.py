@@ -10,6 +10,7 @@ from typing import Any
 
 from . import __version__
 from .config import add_settings_flags, settings_from_args
+from .errors import server_extra_missing
 from .methods.catalog import method_names, parameters
 from .types import DEFAULT_METHOD, AdvantageKind
 
@@ -135,8 +136,15 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        args = build_parser().parse_args(argv)
+        return int(args.func(args) or 0)
+    except ModuleNotFoundError as e:  # `reweighter serve` etc. from the light client install
+        err = server_extra_missing(e, "the reweighter command")
+        if err is None:
+            raise
+        print(f"error: {err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

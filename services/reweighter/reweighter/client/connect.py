@@ -60,11 +60,12 @@ def connect(
     api_key: str | None = None,
     timeout_s: float | None = None,
     retry: RetryPolicy | None = None,
-    settings: Settings | None = None,
+    settings: Settings | Mapping[str, Any] | None = None,
 ) -> Reweighter:
     """A client for `url`: "http(s)://host:port[/prefix]", "grpc://host:port", "grpcs://host:port"
     (TLS with the system roots) or "inprocess://" (also "inprocess": the engine in this process,
-    built from `settings` on first use; needs `reweighter[server]`).
+    built on first use from `settings`, a Settings or overrides of the environment's, e.g.
+    {"long_text": "tail"}; needs `reweighter[server]`).
 
     `timeout_s` bounds each reweight/embed/info call (default DEFAULT_TIMEOUT_S); members wait
     by their own `timeout_s`. The HTTP client also has `ready`/`wait_ready`."""

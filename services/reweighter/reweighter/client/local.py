@@ -9,7 +9,7 @@ own loop. Needs the server's dependencies: `pip install 'reweighter[server]'`.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..assembly.types import MemberResult, MemberSubmission
@@ -24,25 +24,22 @@ if TYPE_CHECKING:
 
 
 def _engine_types() -> Any:
-    try:
-        from ..engine import ReweightEngine
-    except ImportError as e:  # a light (client-only) install
-        raise ImportError(
-            f"the in-process backend runs the engine here and needs the server's dependencies "
-            f"(pip install 'reweighter[server]'): {e}"
-        ) from e
+    # A light (client-only) install fails here, with the extra to install in the message.
+    from ..engine import ReweightEngine
+
     return ReweightEngine
 
 
 class AsyncLocalClient(AsyncClientBase):
-    """The engine (built on first use from `settings`, or the one given) and an assembler over
-    it, called directly. `close` closes only what this client built."""
+    """The engine (built on first use from `settings`, a Settings or overrides of the
+    environment's, or the one given) and an assembler over it, called directly. `close`
+    closes only what this client built."""
 
     def __init__(
         self,
         engine: ReweightEngine | None = None,
         *,
-        settings: Settings | None = None,
+        settings: Settings | Mapping[str, Any] | None = None,
         retry: RetryPolicy | None = None,
     ) -> None:
         self.retry = retry or RetryPolicy(retries=0)  # nothing between us and the engine
@@ -55,7 +52,12 @@ class AsyncLocalClient(AsyncClientBase):
     def engine(self) -> ReweightEngine:
         if self._engine is None:
             engine_cls = _engine_types()
-            self._engine = engine_cls(self._settings)
+            settings = self._settings
+            if isinstance(settings, Mapping):
+                from ..config import Settings
+
+                settings = Settings(**settings)
+            self._engine = engine_cls(settings)
         return self._engine
 
     @property

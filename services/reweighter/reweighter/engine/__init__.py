@@ -2,6 +2,11 @@
 (compute.py), behind ReweightEngine (core.py). Transports see it through
 reweighter.api.protocol.EngineProtocol."""
 
-from .core import ReweightEngine
+from ..errors import server_extra_missing
+
+try:
+    from .core import ReweightEngine
+except ModuleNotFoundError as e:  # a light install (`pip install reweighter`) has no torch
+    raise (server_extra_missing(e, "reweighter.engine") or e) from e
 
 __all__ = ["ReweightEngine"]

@@ -298,11 +298,7 @@ def reweighted(
     "inprocess" to load the embedding model here) or an object with `reweight(ReweightRequest)`.
     """
     if isinstance(backend, str):
-        settings = None
-        if long_text is not None:
-            from ..config import Settings
-
-            settings = Settings(long_text=long_text)
+        settings = {"long_text": long_text} if long_text is not None else None
         backend = connect(backend, api_key=api_key, settings=settings)
     elif not callable(getattr(backend, "reweight", None)):
         raise TypeError("backend must be a URL string or an object with a reweight() method")
