@@ -232,7 +232,10 @@ def test_base_images_are_pinned(rel: str) -> None:
 
 @pytest.mark.parametrize(
     "extra,file",
-    [(("server",), "requirements-service.txt"), (("server", "trainer"), "requirements-trainer.txt")],
+    [
+        (("server",), "requirements-service.txt"),
+        (("server", "trainer"), "requirements-trainer.txt"),
+    ],
 )
 def test_pinned_requirements_cover_the_package(extra: tuple[str, ...], file: str) -> None:
     """Images install exact versions: every dependency of the package is pinned with ==."""
