@@ -46,6 +46,13 @@ _STAT_COUNTERS = {
 }
 
 
+def _one(kind: type[Any], name: str, doc: str, value: float) -> Any:
+    """A metric family with one unlabelled sample: what every collector here reports."""
+    family = kind(name, doc)
+    family.add_metric([], float(value))
+    return family
+
+
 class _EngineCollector(Collector):
     """Reads the engine's embedder counters at scrape time."""
 
@@ -53,21 +60,18 @@ class _EngineCollector(Collector):
         self.engine = engine
 
     def collect(self) -> Iterator[Any]:
-        ready = GaugeMetricFamily("reweighter_ready", "1 once the embedding model is loaded")
-        ready.add_metric([], 1.0 if self.engine.ready else 0.0)
-        yield ready
+        yield _one(GaugeMetricFamily, "reweighter_ready", "1 once the embedding model is loaded",
+                   self.engine.ready)  # fmt: skip
         embedder = self.engine.embedder
-        depth = GaugeMetricFamily(
+        yield _one(
+            GaugeMetricFamily,
             "reweighter_queue_depth",
             "requests waiting in or being served by the embedding batcher",
+            getattr(getattr(embedder, "batcher", None), "pending", 0),
         )
-        depth.add_metric([], float(getattr(getattr(embedder, "batcher", None), "pending", 0)))
-        yield depth
         stats = getattr(embedder, "stats", None)
         for name, doc in _STAT_COUNTERS.items():
-            family = CounterMetricFamily(f"reweighter_{name}", doc)
-            family.add_metric([], float(getattr(stats, name, 0) or 0))
-            yield family
+            yield _one(CounterMetricFamily, f"reweighter_{name}", doc, getattr(stats, name, 0) or 0)
 
 
 _ASSEMBLY_COUNTERS = {
@@ -86,18 +90,20 @@ class _AssemblyCollector(Collector):
         self.assembler = assembler
 
     def collect(self) -> Iterator[Any]:
+        a, prefix = self.assembler, "reweighter_assembly_"
         for name, doc in _ASSEMBLY_COUNTERS.items():
-            family = CounterMetricFamily(f"reweighter_assembly_{name}", doc)
-            family.add_metric([], float(getattr(self.assembler.stats, name)))
-            yield family
-        gauges = {
-            "open_groups": ("groups with a member waiting on this instance", "open_groups"),
-            "waiting_members": ("members waiting for their group on this instance", "waiting"),
-        }
-        for name, (doc, attr) in gauges.items():
-            gauge = GaugeMetricFamily(f"reweighter_assembly_{name}", doc)
-            gauge.add_metric([], float(getattr(self.assembler, attr)))
-            yield gauge
+            yield _one(CounterMetricFamily, prefix + name, doc, getattr(a.stats, name))
+        s, settings = a.stats, a.settings
+        for name, doc, value in (
+            ("open_groups", "groups with a member waiting on this instance", a.open_groups),
+            ("waiting_members", "members waiting for their group on this instance", a.waiting),
+            # the store's fill, across replicas with Redis (read every second), and its bounds
+            ("store_groups", "open groups held in the assembly store", s.store_groups),
+            ("store_members", "members held in them", s.store_members),
+            ("store_groups_max", "assembly_max_open_groups", settings.assembly_max_open_groups),
+            ("store_members_max", "assembly_max_held_members", settings.assembly_max_held_members),
+        ):
+            yield _one(GaugeMetricFamily, prefix + name, doc, value)
         mismatch = CounterMetricFamily(
             "reweighter_assembly_size_mismatch",
             "members whose group size did not fit: declared (another group_size than the "
@@ -105,20 +111,9 @@ class _AssemblyCollector(Collector):
             "was answered: opened the next round, logged at WARNING)",
             labels=["kind"],
         )
-        for kind, n in self.assembler.stats.size_mismatch.items():
+        for kind, n in s.size_mismatch.items():
             mismatch.add_metric([kind], float(n))
         yield mismatch
-        # the store's fill, across replicas with Redis (read every second), and its bounds
-        s, settings = self.assembler.stats, self.assembler.settings
-        for name, doc, value in (
-            ("store_groups", "open groups held in the assembly store", s.store_groups),
-            ("store_members", "members held in them", s.store_members),
-            ("store_groups_max", "assembly_max_open_groups", settings.assembly_max_open_groups),
-            ("store_members_max", "assembly_max_held_members", settings.assembly_max_held_members),
-        ):
-            gauge = GaugeMetricFamily(f"reweighter_assembly_{name}", doc)
-            gauge.add_metric([], float(value))
-            yield gauge
 
 
 class _ConnectionCollector(Collector):
@@ -128,20 +123,15 @@ class _ConnectionCollector(Collector):
         self.guard = guard
 
     def collect(self) -> Iterator[Any]:
-        open_ = GaugeMetricFamily("reweighter_http_connections", "open HTTP connections")
-        open_.add_metric([], float(len(self.guard.open)))
-        yield open_
-        limit = GaugeMetricFamily("reweighter_http_connections_max", "the connection bound")
-        limit.add_metric([], float(self.guard.max_connections))
-        yield limit
+        g, prefix = self.guard, "reweighter_http_connections"
+        yield _one(GaugeMetricFamily, prefix, "open HTTP connections", len(g.open))
+        yield _one(GaugeMetricFamily, f"{prefix}_max", "the connection bound", g.max_connections)
         for name, doc in {
             "evicted": "idle connections closed to make room for a new one (bound reached)",
             "refused": "connections refused with 429: the bound reached, none idle",
             "timed_out": "connections closed for a request head or body not sent in time",
         }.items():
-            family = CounterMetricFamily(f"reweighter_http_connections_{name}", doc)
-            family.add_metric([], float(getattr(self.guard, name)))
-            yield family
+            yield _one(CounterMetricFamily, f"{prefix}_{name}", doc, getattr(g, name))
 
 
 class Metrics:
