@@ -7,7 +7,7 @@ exactly as in a user's fresh `python -c "import MODULE"`, at a fraction of the c
 starting a Python and torch per module. Two children run at a time.
 
 IMPORT_EACH_BLOCK="torch,fastapi,reweighter.engine,...": those packages and modules cannot be
-imported (as in a light install, where they are absent); nothing is preloaded then.
+imported (as in a light install, where they are absent), preloads included.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def main(modules: list[str]) -> None:
     blocked = {n for n in os.environ.get("IMPORT_EACH_BLOCK", "").split(",") if n}
     if blocked:
         sys.meta_path.insert(0, _Absent(blocked))
-    for name in () if blocked else PRELOAD:  # absent or broken: its importer will say
+    for name in PRELOAD:  # absent, blocked or broken: the module that needs it will say
         with contextlib.suppress(Exception):
             importlib.import_module(name)
     assert not any(m.split(".")[0] in OURS for m in sys.modules), "a preload imported ours"
