@@ -254,3 +254,24 @@ async def test_member_order_does_not_depend_on_arrival_or_random_ids(
         for gid, texts in runs[0][1].items():
             decoded_rows = [decoded(tokenizer, d) for u, _, d in rows if u == gid]
             assert texts == decoded_rows  # rollout order
+
+
+async def test_wrong_group_size_is_a_warning_in_verls_log(
+    engine, tokenizer, tmp_path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """rollout.n says 4 but 3 samples per uid come: each group is answered short after
+    timeout_s, the samples keep their raw reward (reweighter_complete 0), and verl's log gets
+    one WARNING per group (from each reward worker, not per sample) naming the setting."""
+    batch = make_batch(tokenizer, prompts=2, n=3, seed=7, tag="short")
+    with LocalClient(engine) as members, caplog.at_level("WARNING"):
+        outs = await asyncio.wait_for(
+            run_two_workers(verl_config(tmp_path, 4, timeout_s=2), batch, members), 30
+        )
+    for o in outs:
+        assert o["reward_extra_info"]["reweighter_complete"] == 0.0
+        assert o["reward_score"] == o["reward_extra_info"]["reweighter_raw"]
+    warnings = [r for r in caplog.records if r.name == "reweighter.integrations.verl"]
+    uids = sorted(r.args[0] for r in warnings)  # at most one per uid and reward worker
+    assert uids == ["uid-short0", "uid-short0", "uid-short1", "uid-short1"]  # 2 workers
+    assert all("short with 3 of 4 members" in r.getMessage() for r in warnings)
+    assert all("reward.reweighter.group_size" in r.getMessage() for r in warnings)

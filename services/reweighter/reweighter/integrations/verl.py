@@ -37,6 +37,7 @@ if unset), group_size (default rollout.n).
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 import uuid
 from collections.abc import Mapping
@@ -49,6 +50,14 @@ from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
 from reweighter.client import DEFAULT_URL, Reweighter, connect
 
 DEFAULT_VAL_SPLITS = ("test", "val", "validation")
+log = logging.getLogger(__name__)
+_HINTS = {
+    "short": "fewer than group_size samples of this uid arrived within timeout_s: "
+    "check that reward.reweighter.group_size (default actor_rollout_ref.rollout.n) is the "
+    "number of samples per prompt, and that timeout_s covers the slowest sibling",
+    "computing": "the group was whole but still being reweighted at the deadline: "
+    "raise reward.reweighter.timeout_s",
+}
 
 
 def _settings(config: Any) -> dict[str, Any]:
@@ -92,6 +101,7 @@ class ReweighterRewardManager(RewardManagerBase):
         self.member_key: str | None = cfg.get("member_key")
         self.val_splits = tuple(cfg.get("val_splits") or DEFAULT_VAL_SPLITS)
         self._backend = backend
+        self._warned: set[tuple[str, int]] = set()
         self._url = str(cfg.get("url") or DEFAULT_URL)
         self._api_key: str | None = cfg.get("api_key")
 
@@ -145,9 +155,32 @@ class ReweighterRewardManager(RewardManagerBase):
             advantages="none",
             timeout_s=self.timeout_s,
         )
+        if not result.complete:
+            self._warn_incomplete(result)
         extra.update(
             reweighter_raw=raw,
             reweighter_complete=float(result.complete),
             reweighter_similarity=result.stats.mean_similarity if result.stats else math.nan,
         )
         return {"reward_score": float(result.reward), "reward_extra_info": extra}
+
+    def _warn_incomplete(self, result: Any) -> None:
+        """One WARNING per answered-incomplete group round, in verl's own log: the sample
+        trains on its raw reward, and a wrong group size shows nowhere else on this side."""
+        key = (result.group_id, result.round)
+        if key in self._warned:
+            return
+        if len(self._warned) > 10_000:
+            self._warned.clear()
+        self._warned.add(key)
+        reason = str(result.reason)
+        log.warning(
+            "reweighter: uid %s (round %d) was answered %s with %d of %d members; its samples "
+            "keep their raw reward. %s",
+            result.group_id,
+            result.round,
+            reason,
+            result.members,
+            self.group_size,
+            _HINTS.get(reason, "see docs/integrations.md, failure modes"),
+        )
