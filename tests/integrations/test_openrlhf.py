@@ -115,6 +115,9 @@ def server(engine: Any, upstream: Served) -> Iterator[Served]:
     app.include_router(build_openrlhf_router(
         OpenRLHFSettings(), Metrics(engine), assembler,
         verifier=UpstreamVerifier(upstream.url("/score")), paths=("/upstream",)))
+    app.include_router(build_openrlhf_router(  # an upstream that is down, with credentials
+        OpenRLHFSettings(), Metrics(engine), assembler, verifier=UpstreamVerifier(
+            f"http://user:pw-secret@127.0.0.1:{free_port()}/score"), paths=("/down",)))
     with Served(app) as s:
         yield s
 
@@ -231,6 +234,15 @@ async def test_upstream_verifier(server, engine, tokenizer) -> None:
         q = tokenizer.decode(o["observation_tokens"], skip_special_tokens=False)
         assert o["scores"] == [1.0 if o["label"] in q else 0.0]  # the upstream's reward
         assert o["extra_logs"]["reweighted"] == [1.0]
+
+
+async def test_upstream_down_is_a_502_without_its_credentials(server) -> None:
+    body = {"query": ["q 1"], "prompts": ["q"], "labels": ["1"]}
+    async with httpx.AsyncClient(timeout=30) as c:
+        r = await c.post(server.url("/down?n=2"), json=body)
+    assert r.status_code == 502, r.text  # OpenRLHF retries it
+    assert "upstream reward server" in r.json()["error"]["message"]
+    assert "pw-secret" not in r.text
 
 
 async def test_bad_requests_name_the_field(server) -> None:
