@@ -170,6 +170,7 @@ SERVE_TOY = textwrap.dedent(
                 out["error"] = [type(e).__name__, e.field]
         with GrpcReweighterClient(svc.grpc_target) as client:
             out["grpc"] = client.reweight(request).groups[0].rewards
+            out["grpc_info"] = client.info()["methods"]["toy"]
         schema = httpx.get(svc.http_url + "/openapi.json").json()["components"]["schemas"]
         out["enum"] = schema["ReweightIn"]["properties"]["method"]["enum"]
         out["params"] = [s["title"] for s in schema["ReweightIn"]["properties"]["params"]["anyOf"]]
@@ -247,6 +248,7 @@ def test_a_method_added_by_the_recipe_is_served_everywhere(toy_copy: Path) -> No
     assert out["grpc"] == out["http"]
     assert out["info"]["description"] == "Every reward times weight."
     assert set(out["info"]["params"]["properties"]) == {"weight"}
+    assert out["grpc_info"] == out["info"]  # the Info RPC publishes the same
     assert out["error"] == ["InvalidInput", "params.weight"]
     assert "toy" in out["enum"] and "ToyParams" in out["params"]
     assert out["metrics"]
