@@ -233,12 +233,10 @@ class GroupAssembler:
         self._waiting += 1
         if count >= watch.size:
             watch.event.set()
-        loop = asyncio.get_running_loop()
         try:
-            try:
-                result = await asyncio.wait_for(
-                    asyncio.shield(watch.done), max(0.0, deadline - loop.time())
-                )
+            try:  # asyncio.timeout, not wait_for: no task per waiter (3.11)
+                async with asyncio.timeout_at(deadline):
+                    result = await asyncio.shield(watch.done)
             except TimeoutError:
                 return await self._at_deadline(m, rnd, watch, deadline + _GRACE_S)
             return self._answer(result, m)
@@ -257,7 +255,8 @@ class GroupAssembler:
         while True:
             watch.event.clear()
             try:
-                result, count = await asyncio.wait_for(self.store.poll(gid, rnd), 5.0)
+                async with asyncio.timeout(5.0):
+                    result, count = await self.store.poll(gid, rnd)
                 retry = False
                 if result is None and count >= watch.size:
                     result = await self._compute_once(gid, rnd, watch.size)
@@ -348,11 +347,9 @@ class GroupAssembler:
             if result is None and count < size:
                 result = await self._close_short(m, rnd, answer_by)
             if result is None and count < size:  # claimed elsewhere: closing, most likely
-                loop = asyncio.get_running_loop()
                 with contextlib.suppress(TimeoutError):
-                    result = await asyncio.wait_for(
-                        asyncio.shield(watch.done), max(0.0, answer_by - loop.time())
-                    )
+                    async with asyncio.timeout_at(answer_by):
+                        result = await asyncio.shield(watch.done)
             if result is not None:
                 return self._answer(result, m)
             group = await self._bounded(self.store.members(m.gid), answer_by)
@@ -509,9 +506,10 @@ class GroupAssembler:
 
     async def _bounded(self, awaitable: Awaitable[T], deadline: float) -> T:
         """A store call that cannot outlive the member's deadline."""
-        left = deadline - asyncio.get_running_loop().time()
+        now = asyncio.get_running_loop().time()
         try:
-            return await asyncio.wait_for(awaitable, max(0.01, left))
+            async with asyncio.timeout_at(max(deadline, now + 0.01)):
+                return await awaitable
         except TimeoutError:
             op = getattr(awaitable, "__qualname__", "call")
             raise StoreUnavailable(f"the assembly store did not answer in time ({op})") from None

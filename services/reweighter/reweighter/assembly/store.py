@@ -150,13 +150,12 @@ class MemoryStore(AssemblyStore):
             if self._latest.get(gid) == rnd:
                 del self._latest[gid]
                 self._answered.pop(gid, None)
-        for gid in [g for g, (_, exp) in self._claims.items() if exp <= now]:
-            del self._claims[gid]
 
     def _drop(self, gid: str) -> None:
         group = self._open.pop(gid, None)
         if group is not None:
             self._held -= len(group.members)
+        self._claims.pop(gid, None)
 
     async def add(
         self,
@@ -218,7 +217,8 @@ class MemoryStore(AssemblyStore):
     async def claim(self, group_id: str, token: str, ttl_s: float) -> bool:
         now = self._clock()
         self._prune(now)
-        if group_id in self._claims:
+        held = self._claims.get(group_id)
+        if held is not None and held[1] > now:  # an expired claim is simply taken over
             return False
         self._claims[group_id] = (token, now + ttl_s)
         return True
@@ -242,7 +242,6 @@ class MemoryStore(AssemblyStore):
         for mid in result.ids:
             answered[mid] = max(result.round, answered.get(mid, -1))
         self._drop(group_id)
-        self._claims.pop(group_id, None)
         if self._on_done is not None:
             self._on_done(group_id, result.round)
         return result
