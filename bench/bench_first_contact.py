@@ -43,12 +43,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_embed import free_port, groups_of_texts  # noqa: E402
 from roofline import FlopModel, peak_gflops  # noqa: E402
 
+from reweighter.launch import stop, wait_http  # noqa: E402
+
 PER_REQUEST, CONNECTIONS = 16, 8
 
 
 class Served:
     """`reweighter serve` with the user's defaults (plus loopback ports); stderr is watched for
-    the line that says the compiled encoder is in."""
+    the line that says the compiled encoder is in. Not reweighter.launch.serve: this times the
+    start-up from the spawn and reads stderr live, as the user's terminal would; the waiting and
+    stopping are the launcher's (`wait_http`, `stop`)."""
 
     def __init__(self, extra_env: dict[str, str] | None = None, pythonpath: str | None = None):
         self.port, self.grpc_port = free_port(), free_port()
@@ -79,18 +83,8 @@ class Served:
                 self.fallback_lines.append(line.strip())
 
     def _wait_ready(self, timeout: float = 300.0) -> float:
-        import httpx
-
-        while time.monotonic() - self.t0 < timeout:
-            if self.proc.poll() is not None:
-                raise RuntimeError("reweighter serve exited")
-            try:
-                if httpx.get(self.url + "/readyz", timeout=1.0).status_code == 200:
-                    return time.monotonic() - self.t0
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError("reweighter serve did not become ready")
+        wait_http(self.url + "/readyz", self.proc, timeout)
+        return time.monotonic() - self.t0
 
     def embed(self, texts: list[str]) -> float:
         """Seconds to embed `texts` as requests of 16 over 8 keep-alive connections."""
@@ -115,13 +109,7 @@ class Served:
         return time.perf_counter() - t
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop(self.proc)
 
 
 def first_contact(args: argparse.Namespace) -> None:  # noqa: C901 - reads top to bottom
