@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
-# GRPO vs DRA vs MMR on SmolLM2-135M-Instruct (trainer/configs/smollm2-cpu.yaml), one command:
-# sets up .venv, converts the policy once, starts a Reweighter service on loopback, trains and
-# evaluates every (method, seed), writes OUT/results.json and plots, and stops the service.
-#   bash scripts/experiment.sh --quick --out experiments/cpu-quick    # CPU-sized (see EXPERIMENTS.md)
-#   bash scripts/experiment.sh --out experiments/gpu-full             # 3 seeds x 60 steps (GPU)
+# GRPO vs MMR on SmolLM2-135M-Instruct (trainer/configs/smollm2-pickone.yaml: the pickone task,
+# the papers' reward), one command: sets up .venv, converts the policy once, starts a Reweighter
+# service on loopback, trains and evaluates every (method, seed), writes OUT/results.json (with
+# the pre-registered decision and DRA checked offline on GRPO's groups) and plots, and stops the
+# service. Runs resume: finished (method, seed) pairs in OUT/runs are reused.
+#   bash scripts/experiment.sh --quick --out experiments/cpu-quick   # 1 seed x 3 steps, a check
+#   bash scripts/experiment.sh --out experiments/pickone-6seed       # the pre-registered run
 # Anything after the known flags goes to `python -m reweighter_trainer.experiment`
 # (e.g. --steps 8 --seeds 0,1 max_completion_length=48).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=experiments/run
-MODE=(--seeds 0,1,2 --steps 60 --eval-prompts 64 --samples 16 --base-eval)
-CONFIG=trainer/configs/smollm2-cpu.yaml
+MODE=(--methods grpo,mmr --seeds 0,1,2,3,4,5 --steps 40 --eval-prompts 54 --samples 8 --base-eval)
+CONFIG=trainer/configs/smollm2-pickone.yaml
 EXTRA=()
 while [ $# -gt 0 ]; do
   case "$1" in
-    --quick) MODE=(--seeds 0 --steps 3 --eval-prompts 3 --samples 8); shift ;;
+    --quick) MODE=(--methods grpo,mmr --seeds 0 --steps 3 --eval-prompts 3 --samples 8); shift ;;
     --out) OUT=$2; shift 2 ;;
     --config) CONFIG=$2; shift 2 ;;
     *) EXTRA+=("$1"); shift ;;

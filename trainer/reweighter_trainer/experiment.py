@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from reweighter.types import Method
 
 from .config import ConfigError, load_raw, parse
@@ -65,21 +67,35 @@ def _generate(model, tok, prompts: list[Any], n: int, greedy: bool, max_new: int
     return [done[i * n : (i + 1) * n] for i in range(len(prompts))]
 
 
+def _judge(rows: list[dict]):
+    """The task's checker per row: the canonical correct answer of a text, None when wrong."""
+    from .rewards import correct_answer
+
+    return lambda text, row: correct_answer(text, row["answer"], row.get("check"))
+
+
 def evaluate(model, tok, rows: list[dict], *, n: int, k: int, max_new: int, seed: int,
-             reward_fn, embed, temperature: float = 1.0) -> dict[str, Any]:
-    """Held-out metrics of `model` (see the module docstring); `embed(texts) -> [N, D] array`."""
+             embed, temperature: float = 1.0) -> dict[str, Any]:
+    """Held-out metrics of `model` (see the module docstring); `embed(texts) -> [N, D] array`.
+
+    Correctness is the task's checker (rewards.correct_answer), whatever reward trained the
+    policy. Distinct correct answers are counted exactly where a task has several (`pickone`:
+    the distinct answers named); elsewhere they are embedding clusters of the correct samples.
+    """
+    judge = _judge(rows)
+    exact = bool(rows) and rows[0].get("check") == "pick_one"
     prompts = [r["prompt"] for r in rows]
-    answers = [r["answer"] for r in rows]
     model.eval()
     greedy = [g[0] for g in _generate(model, tok, prompts, 1, True, max_new, seed)]
-    greedy_ok = reward_fn(prompts, greedy, answer=answers)
+    greedy_ok = [judge(t, r) is not None for t, r in zip(greedy, rows, strict=True)]
     sampled = _generate(model, tok, prompts, n, False, max_new, seed, temperature)
     passes, distinct, sims, correct_rate = [], [], [], []
-    for p, gold, group in zip(prompts, answers, sampled, strict=True):
-        ok = [v >= 1.0 for v in reward_fn([p] * n, group, answer=[gold] * n)]
+    for row, group in zip(rows, sampled, strict=True):
+        answers = [judge(t, row) for t in group]
+        ok = [a is not None for a in answers]
         emb = embed(group)
         passes.append(pass_at_k(n, sum(ok), k))
-        distinct.append(distinct_correct(emb, ok))
+        distinct.append(len({a for a in answers if a}) if exact else distinct_correct(emb, ok))
         sims.append(mean_pairwise_similarity(emb))
         correct_rate.append(sum(ok) / n)
     m = len(rows)
@@ -89,13 +105,47 @@ def evaluate(model, tok, rows: list[dict], *, n: int, k: int, max_new: int, seed
         "sample_accuracy": sum(correct_rate) / m,
         "distinct_correct": sum(distinct) / m,
         "mean_pairwise_similarity": sum(sims) / m,
-        "examples": [{"prompt": prompts[0][-1]["content"], "answer": answers[0],
+        "examples": [{"prompt": prompts[0][-1]["content"], "answer": rows[0]["answer"],
                       "greedy": greedy[0], "samples": sampled[0][:2]}],
     }
 
 
 def _curve(history: list[dict], key: str) -> list[float]:
     return [float(h[key]) for h in history if key in h and "step" in h]
+
+
+class StepRecorder:
+    """The trainer's `on_result` hook: per step, the training accuracy (the task's checker, not
+    the reward) and the distinct correct answers, and every group as a JSONL line for the
+    offline checks (prompt, completions, base rewards, reweighted rewards, answers)."""
+
+    def __init__(self, rows: list[dict], group_size: int, path: Path) -> None:
+        self.by_prompt = {json.dumps(r["prompt"]): r for r in rows}
+        self.g = group_size
+        self.path = path
+        self.accuracy: list[float] = []
+        self.distinct: list[float] = []
+        path.write_text("")
+
+    def __call__(self, batch: dict[str, Any]) -> None:
+        judge = _judge([])
+        texts, ok_all, distinct = batch["completions"], [], []
+        with self.path.open("a") as f:
+            for start in range(0, len(texts), self.g):
+                prompt = batch["prompts"][start]
+                row = self.by_prompt.get(json.dumps(prompt))
+                group = texts[start : start + self.g]
+                answers = [judge(t, row) if row else None for t in group]
+                ok_all += [a is not None for a in answers]
+                distinct.append(len({a for a in answers if a}))
+                f.write(json.dumps({
+                    "step": len(self.accuracy) + 1, "category": row and row["answer"],
+                    "completions": group, "answers": answers,
+                    "base_rewards": batch["base_rewards"][start : start + self.g],
+                    "rewards": batch["rewards"][start : start + self.g],
+                }) + "\n")
+        self.accuracy.append(sum(ok_all) / max(len(ok_all), 1))
+        self.distinct.append(float(np.mean(distinct)) if distinct else 0.0)
 
 
 def run_one(raw: dict, method: str, seed: int, steps: int, out: Path, eval_rows: list[dict],
@@ -108,37 +158,80 @@ def run_one(raw: dict, method: str, seed: int, steps: int, out: Path, eval_rows:
     if method == "grpo":
         raw["reweighter"]["params"] = {}
     cfg = parse(raw)
-    from .rewards import REWARDS
+    from .data import load_dataset
     from .train import build_trainer
 
     trainer, reward = build_trainer(cfg)
+    train_rows = list(load_dataset(cfg.dataset.name, cfg.dataset.split, cfg.dataset.limit))
+    recorder = StepRecorder(train_rows, reward.num_generations,
+                            Path(opts.out) / "runs" / f"{method}-{seed}.groups.jsonl")
+    previous = reward.on_result
+
+    def on_result(batch: dict[str, Any]) -> None:
+        recorder(batch)
+        if previous is not None:
+            previous(batch)
+
+    reward.on_result = on_result
     started = time.perf_counter()
     trainer.train()
     train_s = time.perf_counter() - started
     history = trainer.state.log_history
     curve = _curve(history, "reweighter/base_reward")
-    reward_fn = REWARDS[next(iter(cfg.rewards))]  # the first reward is the task's correctness
     ev = evaluate(trainer.model, trainer.processing_class, eval_rows, n=opts.samples, k=opts.k,
-                  max_new=cfg.grpo.get("max_completion_length", 64), seed=seed,
-                  reward_fn=reward_fn, embed=embed,
+                  max_new=cfg.grpo.get("max_completion_length", 64), seed=seed, embed=embed,
                   temperature=cfg.grpo.get("temperature", 1.0))
     return {
         "method": method,
         "seed": seed,
         "steps": trainer.state.global_step,
         "reward_curve": curve,
-        "steps_to_target": steps_to_target(curve, opts.target),
+        "steps_to_target": steps_to_target(recorder.accuracy, opts.target),
         "pass_at_k": ev["pass_at_k"],
         "accuracy": ev["accuracy"],
         "distinct_correct": ev["distinct_correct"],
         "mean_pairwise_similarity": ev["mean_pairwise_similarity"],
         "reweight_share": reward.timings.reweight_s / train_s if train_s > 0 else 0.0,
-        # Beyond the schema's fields, for the plots and the write-up:
+        # Beyond the schema's fields, for the decision, the plots and the write-up:
+        "accuracy_curve": recorder.accuracy,
+        "distinct_curve": recorder.distinct,
         "sample_accuracy": ev["sample_accuracy"],
         "similarity_curve": _curve(history, "reweighter/mean_similarity"),
         "train_wall_s": train_s,
         "examples": ev["examples"],
     }
+
+
+def _decide(runs: list[dict], out: Path, client, offline_ok: bool) -> dict[str, Any]:
+    """The pre-registered decision (GRPO vs MMR) and DRA checked offline on GRPO's groups."""
+    from reweighter.types import Group, ReweightRequest
+
+    from .decision import decision, dra_offline, read_groups
+
+    extra: dict[str, Any] = {}
+    methods = {r["method"] for r in runs}
+    if {"grpo", "mmr"} <= methods:
+        extra["decision"] = decision(runs)
+        log(f"decision: {extra['decision']['verdict']} "
+            f"({extra['decision']['informative_seeds']} informative seeds)")
+    logs = sorted((out / "runs").glob("grpo-*.groups.jsonl"))
+    if logs:
+        def reweight(method: str, groups: list[dict]) -> list[list[float]]:
+            req = ReweightRequest(
+                groups=[Group(rewards=g["base_rewards"], completions=g["completions"])
+                        for g in groups],
+                method=method, advantages="grpo",
+            )
+            return [list(g.advantages or []) for g in client.reweight(req).groups]
+
+        try:
+            groups = [g for path in logs for g in read_groups(path)]
+            extra["dra_offline"] = dra_offline(groups, reweight)
+        except Exception as e:  # collect-only without a service: say so, keep the rest
+            if not offline_ok:
+                raise
+            extra["dra_offline"] = {"error": f"{type(e).__name__}: {e}"}
+    return extra
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -175,8 +268,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"experiment: config error: {e}", file=sys.stderr)
         return 2
 
-    import numpy as np
-
     from reweighter.client import ReweighterClient
 
     from .data import load_dataset
@@ -197,8 +288,9 @@ def main(argv: list[str] | None = None) -> int:
         "samples_per_prompt": opts.samples,
         "k": opts.k,
         "target": opts.target,
-        "distinct": f"embedding clusters: leader clustering of correct samples, all-MiniLM-L6-v2 "
-        f"cosine >= {DISTINCT_THRESHOLD}",
+        "distinct": "exact: distinct correct answers named" if eval_rows
+        and eval_rows[0].get("check") == "pick_one" else f"embedding clusters: leader "
+        f"clustering of correct samples, all-MiniLM-L6-v2 cosine >= {DISTINCT_THRESHOLD}",
         "reward": list(cfg.rewards),
         "num_generations": cfg.grpo.get("num_generations"),
         "max_completion_length": cfg.grpo.get("max_completion_length"),
@@ -211,12 +303,9 @@ def main(argv: list[str] | None = None) -> int:
 
         log("evaluating the untrained policy")
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-        from .rewards import REWARDS
-
         ev = evaluate(model, AutoTokenizer.from_pretrained(path), eval_rows, n=opts.samples,
                       k=opts.k, max_new=cfg.grpo.get("max_completion_length", 64), seed=0,
-                      reward_fn=REWARDS[next(iter(cfg.rewards))], embed=embed,
-                      temperature=cfg.grpo.get("temperature", 1.0))
+                      embed=embed, temperature=cfg.grpo.get("temperature", 1.0))
         (out / "base.json").write_text(json.dumps(ev, indent=2))
         log(f"untrained: accuracy {ev['accuracy']:.3f} pass@{opts.k} {ev['pass_at_k']:.3f} "
             f"sample accuracy {ev['sample_accuracy']:.3f}")
@@ -237,12 +326,13 @@ def main(argv: list[str] | None = None) -> int:
         dest.write_text(json.dumps(entry, indent=2))
         runs.append(entry)
         log(f"[{i}/{len(plan)}] {method} seed {seed}: {time.perf_counter() - t0:.0f} s, "
-            f"train reward {entry['reward_curve']}, accuracy {entry['accuracy']:.3f}, "
+            f"train accuracy {entry.get('accuracy_curve')}, accuracy {entry['accuracy']:.3f}, "
             f"pass@{opts.k} {entry['pass_at_k']:.3f}, distinct {entry['distinct_correct']:.2f}")
     results: dict[str, Any] = {"model": Path(path).name, "task": task, "runs": runs}
     if (out / "base.json").exists():  # the untrained policy, the reference every run moves from
         base = json.loads((out / "base.json").read_text())
         results["untrained"] = {k: v for k, v in base.items() if k != "examples"}
+    results.update(_decide(runs, out, client, opts.collect_only))
     (out / "results.json").write_text(json.dumps(results, indent=2))
     log(f"wrote {out / 'results.json'}")
     return 0

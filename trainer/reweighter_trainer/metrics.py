@@ -81,3 +81,85 @@ def steps_to_target(curve: Sequence[float], target: float, window: int = 3) -> i
         if i + 1 >= min(window, len(curve)) and np.mean(curve[lo : i + 1]) >= target:
             return i + 1
     return None
+
+
+# --- the pre-registered decision (EXPERIMENTS.md) --------------------------------------------
+
+WINDOW = 10
+"""Training accuracy is judged on trailing 10-step means (80 completions): one step's 8 are
+too few."""
+MIN_GAIN = 0.10
+"""A seed informs the comparison only if GRPO learned on it: its peak trailing mean is at least
+this far above its first full window."""
+CLAIM = 0.75
+"""The ratio that separates "about half the steps" (the paper: 0.52) from "no faster" (1)."""
+
+RULE = (
+    "Per seed s: target = GRPO's peak trailing-10-step training accuracy; S_grpo = first step "
+    "GRPO's trailing-10 mean reaches it, S_mmr = first step MMR's does (never within the "
+    "budget: ratio +inf); ratio_s = S_mmr / S_grpo. A seed is informative when GRPO's peak is "
+    ">= 0.10 above its first full window (steps 1-10). Fewer than 5 informative seeds: "
+    "inconclusive. Otherwise: confirmed if ratio < 1 on every informative seed and the median "
+    "ratio <= 0.75 (one-sided sign test p <= 1/2^n); refuted if at most one informative seed "
+    "has ratio <= 0.75; else inconclusive. Secondary metrics (paired held-out sample "
+    "accuracy, pass@8, distinct correct answers per prompt) are reported, not voted."
+)
+
+
+def trailing(curve: Sequence[float], window: int = WINDOW) -> list[float]:
+    """Trailing means over full windows: entry k is the mean of steps k+1 .. k+window."""
+    c = np.asarray(curve, dtype=np.float64)
+    if len(c) < window:
+        return []
+    sums = np.convolve(c, np.ones(window), mode="valid")
+    return (sums / window).tolist()
+
+
+def first_step_reaching(curve: Sequence[float], level: float, window: int = WINDOW) -> int | None:
+    """The first step (1-based, >= window) whose trailing mean reaches `level`, else None."""
+    for k, v in enumerate(trailing(curve, window)):
+        if v >= level - 1e-12:
+            return k + window
+    return None
+
+
+def seed_ratio(grpo: Sequence[float], mmr: Sequence[float], window: int = WINDOW,
+               min_gain: float = MIN_GAIN) -> dict:
+    """One seed's primary metric from the two arms' per-step training accuracy."""
+    tg = trailing(grpo, window)
+    if not tg or len(trailing(mmr, window)) == 0:
+        return {"informative": False, "reason": f"fewer than {window} steps", "ratio": None}
+    target = max(tg)
+    s_grpo = first_step_reaching(grpo, target, window)
+    s_mmr = first_step_reaching(mmr, target, window)
+    gain = target - tg[0]
+    return {
+        "target": target,
+        "grpo_gain": gain,
+        "informative": gain >= min_gain - 1e-12,
+        "steps_grpo": s_grpo,
+        "steps_mmr": s_mmr,
+        "ratio": (s_mmr / s_grpo) if s_mmr is not None and s_grpo else float("inf"),
+    }
+
+
+def decide(per_seed: dict[int, dict], claim: float = CLAIM, min_seeds: int = 5) -> str:
+    """The verdict of RULE over `seed_ratio` results: confirmed, refuted or inconclusive."""
+    ratios = [r["ratio"] for r in per_seed.values() if r.get("informative")]
+    if len(ratios) < min_seeds:
+        return "inconclusive"
+    if all(r < 1 for r in ratios) and float(np.median(ratios)) <= claim:
+        return "confirmed"
+    if sum(r <= claim for r in ratios) <= 1:
+        return "refuted"
+    return "inconclusive"
+
+
+def paired(a: Sequence[float], b: Sequence[float]) -> dict:
+    """Paired differences b - a (per seed): mean, wins/losses/ties and a two-sided sign test."""
+    d = [y - x for x, y in zip(a, b, strict=True)]
+    wins, losses = sum(x > 0 for x in d), sum(x < 0 for x in d)
+    n, k = wins + losses, min(wins, losses)
+    p = min(1.0, 2 * sum(comb(n, i) for i in range(k + 1)) / 2**n) if n else 1.0
+    return {"diffs": d, "mean": float(np.mean(d)) if d else None, "wins": wins,
+            "losses": losses, "ties": len(d) - n, "sign_test_p": p}

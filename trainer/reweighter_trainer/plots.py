@@ -5,6 +5,10 @@ reward.png      training reward (base reward, before reweighting) per step, mean
 heldout.png     held-out pass@k, greedy accuracy and distinct correct solutions per method
                 (dashed: the untrained policy, when the experiment ran --base-eval)
 similarity.png  mean within-group similarity of the training completions per step
+paired.png      (with a decision) per seed, GRPO's and MMR's trailing-10-step training accuracy,
+                GRPO's peak (the target) dashed and the steps each arm needed to reach it
+ratios.png      (with a decision) per seed, steps MMR needed / steps GRPO needed; 1 = as fast,
+                the paper's claim 0.52, the rule's threshold 0.75
 """
 
 from __future__ import annotations
@@ -49,8 +53,10 @@ def plot(out: Path) -> list[Path]:
     title = f"{results['model']} on {results['task']['name']}"
     written = []
 
+    accuracy_key = "accuracy_curve" if all("accuracy_curve" in r for r in results["runs"]) \
+        else "reward_curve"
     for name, key, ylabel in (
-        ("reward.png", "reward_curve", "training accuracy (base reward, G=8)"),
+        ("reward.png", accuracy_key, "training accuracy (G=8)"),
         ("similarity.png", "similarity_curve", "mean pairwise cosine in the group"),
     ):
         fig, ax = plt.subplots(figsize=(6, 4))
@@ -92,7 +98,68 @@ def plot(out: Path) -> list[Path]:
     fig.savefig(out / "heldout.png", dpi=110)
     plt.close(fig)
     written.append(out / "heldout.png")
+    if "decision" in results:
+        written += _decision_plots(results, out, plt)
     return written
+
+
+def _decision_plots(results: dict, out: Path, plt) -> list[Path]:
+    from .metrics import CLAIM, WINDOW, trailing
+
+    d = results["decision"]
+    base, arm = d["arms"]
+    by = {(r["method"], r["seed"]): r for r in results["runs"]}
+    seeds = [int(s) for s in d["per_seed"]]
+    cols = min(3, max(1, len(seeds)))
+    rows = -(-len(seeds) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3 * rows), squeeze=False)
+    for ax, s in zip(axes.flat, seeds, strict=False):
+        info = d["per_seed"][str(s)]
+        for m in (base, arm):
+            curve = by[(m, s)].get("accuracy_curve", [])
+            t = trailing(curve, WINDOW)
+            ax.plot(range(1, len(curve) + 1), curve, color=COLORS.get(m, "k"), alpha=0.25, lw=1)
+            ax.plot(range(WINDOW, WINDOW + len(t)), t, color=COLORS.get(m, "k"), lw=2, label=m)
+        if info.get("target") is not None:
+            ax.axhline(info["target"], color="k", ls="--", lw=1)
+        for key, m in (("steps_grpo", base), ("steps_mmr", arm)):
+            if info.get(key):
+                ax.axvline(info[key], color=COLORS.get(m, "k"), ls=":", lw=1)
+        ratio = info.get("ratio")
+        ax.set_title(f"seed {s}: ratio {'never' if ratio is None else f'{ratio:.2f}'}"
+                     f"{'' if info.get('informative') else ' (uninformative)'}", fontsize=9)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(seeds):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=8)
+    axes.flat[0].set_ylabel(f"train accuracy (thick: {WINDOW}-step mean)")
+    fig.suptitle(f"{base} vs {arm}, paired by seed: verdict {d['verdict']}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out / "paired.png", dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    top = max([v["ratio"] for v in d["per_seed"].values() if v.get("ratio")] + [1.5])
+    for i, s in enumerate(seeds):
+        info = d["per_seed"][str(s)]
+        r = info.get("ratio")
+        y = r if r is not None else top * 1.1
+        ax.scatter([i], [y], color="tab:orange" if info.get("informative") else "lightgray",
+                   marker="o" if r is not None else "^", s=40, zorder=3)
+    ax.axhline(1.0, color="k", lw=1, label="as fast as GRPO")
+    ax.axhline(CLAIM, color="k", ls="--", lw=1, label=f"rule threshold {CLAIM}")
+    ax.axhline(0.52, color="tab:green", ls=":", lw=1, label="paper's claim 0.52")
+    ax.set_xticks(range(len(seeds)), [str(s) for s in seeds])
+    ax.set_xlabel("seed (gray: uninformative; triangle: never reached)")
+    ax.set_ylabel("steps MMR / steps GRPO")
+    ax.set_title(f"per-seed ratio: {d['verdict']}", fontsize=10)
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out / "ratios.png", dpi=110)
+    plt.close(fig)
+    return [out / "paired.png", out / "ratios.png"]
 
 
 def main(argv: list[str] | None = None) -> int:

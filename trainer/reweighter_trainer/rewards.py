@@ -6,6 +6,7 @@ and read the gold answer from the dataset's `answer` column.
 
 from __future__ import annotations
 
+import math
 import re
 import threading
 from collections.abc import Sequence
@@ -14,12 +15,19 @@ from typing import Any
 from reweighter.integrations.trl import completion_text
 
 __all__ = [
+    "COSINE",
     "accuracy_reward",
+    "answer_format_reward",
     "completion_text",
+    "correct_reward",
+    "cosine_scaled_correct_reward",
     "extract_answer",
     "extract_final_number",
+    "correct_answer",
+    "extract_pick",
     "final_answer_reward",
     "format_reward",
+    "is_correct",
 ]
 
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
@@ -104,8 +112,120 @@ def final_answer_reward(
     return out
 
 
+_ANSWER_LINE = re.compile(r"answer\s*[:*]+", re.IGNORECASE)
+_ANSWER_LINE_END = re.compile(r"answer\s*[:*]+[^\n]*\S[^\n]*\s*$", re.IGNORECASE)
+
+
+def extract_pick(text: str, domain: str) -> str | None:
+    """The one item of `domain` (data.DOMAINS: month, day, number) named on the last
+    "Answer:" line, canonical ("5" for "five"); None when it names none or several."""
+    from .data import DOMAINS
+
+    found = list(_ANSWER_LINE.finditer(text))
+    if not found:
+        return None
+    line = text[found[-1].end() :].split("\n", 1)[0].lower()
+    named = {
+        canon for surface, canon in DOMAINS[domain].items()
+        if re.search(rf"(?<![a-z0-9]){re.escape(surface)}(?![a-z0-9])", line)
+    }
+    return named.pop() if len(named) == 1 else None
+
+
+def correct_answer(text: str, gold: str, check: str | None = None) -> str | None:
+    """The canonical correct answer a completion gives, None when it is wrong. `check`
+    "pick_one" (the pickone task: `gold` is the category key) or, by default, the number after
+    the last "Answer:" must equal `gold`."""
+    if check == "pick_one":
+        from .data import PICK_CATEGORIES
+
+        domain, good, _, _ = PICK_CATEGORIES[gold]
+        item = extract_pick(text, domain)
+        return item if item in good else None
+    given = extract_final_number(text)
+    try:
+        return given if given is not None and float(given) == float(gold) else None
+    except ValueError:
+        return None
+
+
+def is_correct(text: str, gold: str, check: str | None = None) -> bool:
+    return correct_answer(text, gold, check) is not None
+
+
+def _checks(check: Sequence[str] | None, n: int) -> Sequence[str | None]:
+    return check if check is not None else [None] * n
+
+
+def answer_format_reward(prompts: Sequence[Any], completions: Sequence[Any], **_: Any
+                         ) -> list[float]:
+    """1.0 when the completion ends with an "Answer: ..." line, as the prompt asks, else 0.0.
+
+    The tasks' counterpart of the papers' format reward (1.0 for exactly one "\\n</think>\\n",
+    the tag their system prompt asks for): it rewards the form asked for, not the content.
+    """
+    return [1.0 if _ANSWER_LINE_END.search(completion_text(c)) else 0.0 for c in completions]
+
+
+COSINE = {
+    "min_value_wrong": 0.0,
+    "max_value_wrong": -0.5,
+    "min_value_correct": 0.5,
+    "max_value_correct": 1.0,
+    "max_len": 1000,
+}
+"""The constants both papers trained with (DRA-GRPO and MMR-GRPO: open-r1's GRPOScriptArguments
+defaults, which their recipes do not override; the function's own defaults, -1.0 for
+min_value_wrong, are never used). Lengths are in characters."""
+
+
+def cosine_scaled_correct_reward(
+    prompts: Sequence[Any], completions: Sequence[Any], answer: Sequence[str],
+    check: Sequence[str] | None = None, **_: Any,
+) -> list[float]:
+    """open-r1's `get_cosine_scaled_reward` with the papers' constants (COSINE), our checker.
+
+        reward = lo + (hi - lo) * (1 + cos(pi * len / max_len)) / 2
+
+    correct: lo = min_value_correct 0.5, hi = max_value_correct 1.0 (shorter is better);
+    wrong: lo = max_value_wrong -0.5, hi = min_value_wrong 0.0 (open-r1 swaps them), so a wrong
+    answer costs 0 when empty and -0.5 at max_len. `len` is the completion's length in
+    characters, unclamped (past max_len the cosine turns back up, as in open-r1).
+    """
+    c = COSINE
+    out = []
+    for comp, gold, chk in zip(completions, answer, _checks(check, len(completions)),
+                               strict=True):
+        text = completion_text(comp)
+        if is_correct(text, gold, chk):
+            lo, hi = c["min_value_correct"], c["max_value_correct"]
+        else:
+            lo, hi = c["max_value_wrong"], c["min_value_wrong"]
+        cosine = math.cos(math.pi * len(text) / c["max_len"])
+        out.append(float(lo + 0.5 * (hi - lo) * (1.0 + cosine)))
+    return out
+
+
+def correct_reward(
+    prompts: Sequence[Any], completions: Sequence[Any], answer: Sequence[str],
+    check: Sequence[str] | None = None, **_: Any,
+) -> list[float]:
+    """1.0 when the task's checker accepts the answer (`is_correct`), else 0.0: the 0/1 reward
+    for any task, digitpairs included."""
+    return [
+        1.0 if is_correct(completion_text(comp), gold, chk) else 0.0
+        for comp, gold, chk in zip(completions, answer, _checks(check, len(completions)),
+                                   strict=True)
+    ]
+
+
 REWARDS = {
     "accuracy": accuracy_reward,
     "format": format_reward,
     "final_answer": final_answer_reward,
+    "correct": correct_reward,
+    "answer_format": answer_format_reward,
+    "cosine": cosine_scaled_correct_reward,
 }
+PAPER_REWARD = {"answer_format": 1.0, "cosine": 2.0}
+"""Both papers' recipes: reward_funcs [format, cosine], reward_weights [1.0, 2.0]."""

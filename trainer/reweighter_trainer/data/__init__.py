@@ -103,6 +103,76 @@ def generate_wordadd(n: int, seed: int, exclude: set[str] | frozenset[str] = fro
     return rows
 
 
+_MONTHS = [
+    "january", "february", "march", "april", "may", "june", "july", "august", "september",
+    "october", "november", "december",
+]
+_DAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
+_NUMBER_WORDS = [
+    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
+    "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen",
+    "nineteen", "twenty",
+]
+DOMAINS: dict[str, dict[str, str]] = {
+    "month": {m: m for m in _MONTHS},
+    "day": {d: d for d in _DAYS},
+    "number": {**{str(i): str(i) for i in range(21)}, **{w: str(i) for i, w in
+                                                         enumerate(_NUMBER_WORDS)}},
+}
+"""Every item a domain can name, surface form -> canonical answer (numbers as digits)."""
+
+PICK_CATEGORIES: dict[str, tuple[str, frozenset[str], tuple[str, ...], tuple[str, ...]]] = {
+    # key: (domain, correct answers, train wordings, held-out wordings)
+    "month_30_days": ("month", frozenset({"april", "june", "september", "november"}),
+                      ("Name a month that has 30 days.", "Which month has exactly 30 days?"),
+                      ("Give one month of the year with 30 days.",)),
+    "month_j": ("month", frozenset({"january", "june", "july"}),
+                ("Name a month whose name starts with J.", "Which month begins with the letter J?"),
+                ("Give one month starting with a J.",)),
+    "month_summer": ("month", frozenset({"june", "july", "august"}),
+                     ("Name a summer month in Europe.", "Which month is in summer in Europe?"),
+                     ("Give one month of the European summer.",)),
+    "month_winter": ("month", frozenset({"december", "january", "february"}),
+                     ("Name a winter month in Europe.", "Which month is in winter in Europe?"),
+                     ("Give one month of the European winter.",)),
+    "prime_below_10": ("number", frozenset({"2", "3", "5", "7"}),
+                       ("Name a prime number smaller than 10.", "Which number below 10 is prime?"),
+                       ("Give one prime number less than ten.",)),
+    "even_1_to_9": ("number", frozenset({"2", "4", "6", "8"}),
+                    ("Name an even number between 1 and 9.", "Which number from 1 to 9 is even?"),
+                    ("Give one even number from 1 to 9.",)),
+}
+"""The `pickone` task: name one member of a small set. Every prompt has 3-4 correct answers,
+each a single word, so the distinct correct answers per prompt are counted exactly."""
+
+PICK_SHOT = [
+    {"role": "user", "content": "Name a colour of the flag of France."},
+    {"role": "assistant", "content": "Answer: blue"},
+]
+"""One example exchange before every prompt (another domain: it shows the form, not an answer).
+Without it SmolLM2-135M rarely ends with 'Answer: ...' (EXPERIMENTS.md, task probes)."""
+
+
+def generate_pickone(n: int, split: str) -> list[dict[str, Any]]:
+    """`pickone` rows: category x wording x name, in a fixed shuffled order, cycled to n.
+
+    Train and test use different wordings (held-out prompts are unseen; the categories recur).
+    `answer` is the category key; `check` "pick_one" tells the rewards how to judge.
+    """
+    if split not in WORD_SEEDS:
+        raise ValueError(f"dataset.split: pickone has splits {sorted(WORD_SEEDS)}")
+    combos = []
+    for key, (_, _, train, test) in PICK_CATEGORIES.items():
+        for wording in train if split == "train" else test:
+            combos += [(key, f"{name} asks: {wording}") for name in _NAMES] + [(key, wording)]
+    random.Random(WORD_SEEDS[split]).shuffle(combos)
+    return [
+        {"prompt": [*PICK_SHOT, {"role": "user", "content": text}], "answer": key,
+         "check": "pick_one"}
+        for key, text in (combos[i % len(combos)] for i in range(n))
+    ]
+
+
 def load_arith_rows() -> list[dict[str, str]]:
     text = resources.files(__name__).joinpath(ARITH_FILE).read_text()
     return [json.loads(line) for line in text.splitlines() if line.strip()]
@@ -131,7 +201,7 @@ def _math(split: str):
     )
 
 
-DATASETS = {"arith", "wordmath", "wordadd", "gsm8k", "math"}
+DATASETS = {"arith", "wordmath", "wordadd", "pickone", "gsm8k", "math"}
 WORDADD_TRAIN_ROWS = 512  # the train split held out from `test`, whatever `limit` a run uses
 
 
@@ -155,6 +225,8 @@ def load_dataset(name: str = "arith", split: str = "train", limit: int | None = 
             seen = {r["prompt"][0]["content"] for r in train}
             rows = generate_wordadd(limit or 64, WORD_SEEDS[split], exclude=seen)
         ds = datasets.Dataset.from_list(rows)
+    elif name == "pickone":
+        ds = datasets.Dataset.from_list(generate_pickone(limit or 256, split))
     elif name == "gsm8k":
         ds = _gsm8k(split)
     elif name == "math":

@@ -1,0 +1,152 @@
+"""The gate before training: can the experiment on this task decide anything at all?
+
+    python -m reweighter_trainer.gate --out experiments/pickone-gate   # a few minutes on 2 cores
+
+On the untrained policy (SmolLM2-135M-Instruct), 32 prompts x 8 samples at the training
+temperature and completion budget:
+
+1. accuracy must lie in [0.2, 0.6]: below, groups of 8 are mostly all wrong and GRPO has no
+   signal; above, they are mostly all right;
+2. the embedder (the service's all-MiniLM-L6-v2, in process) must see the diversity the metric
+   counts: two correct completions giving *different* answers must be measurably less similar
+   than two giving the *same* answer (within one prompt; 95 % interval over prompts above 0).
+   If it cannot, the similarity-based methods cannot tell the answers apart: a finding in
+   itself.
+
+Both numbers come with a cluster-bootstrap interval (prompts resampled: samples of one prompt
+are not independent). Writes OUT/gate.json and prints a one-line verdict.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+BAND = (0.2, 0.6)
+
+
+def similarity_pairs(
+    emb: np.ndarray, answers: list[str | None]
+) -> tuple[list[float], list[float]]:
+    """Cosines of the correct completions of one prompt: (same answer pairs, different answer
+    pairs). `answers[i]` is completion i's answer, None when it is wrong."""
+    e = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
+    same, diff = [], []
+    ok = [i for i, p in enumerate(answers) if p is not None]
+    for a in range(len(ok)):
+        for b in range(a + 1, len(ok)):
+            i, j = ok[a], ok[b]
+            (same if answers[i] == answers[j] else diff).append(float(e[i] @ e[j]))
+    return same, diff
+
+
+def bootstrap(values: list[Any], stat, n: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """95 % percentile interval of stat(resample) over resamples of `values` (the clusters)."""
+    rng = np.random.default_rng(seed)
+    k = len(values)
+    draws = [stat([values[i] for i in rng.integers(0, k, k)]) for _ in range(n)]
+    draws = [d for d in draws if d is not None and np.isfinite(d)]
+    return float(np.percentile(draws, 2.5)), float(np.percentile(draws, 97.5))
+
+
+def summarise(prompts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The gate's numbers from per-prompt records {correct: [bool], same: [cos], diff: [cos]}."""
+
+    def acc(ps):
+        n = sum(len(p["correct"]) for p in ps)
+        return sum(sum(p["correct"]) for p in ps) / n if n else None
+
+    def gap(ps):  # within-prompt mean(same) - mean(diff), over prompts that have both
+        d = [np.mean(p["same"]) - np.mean(p["diff"]) for p in ps if p["same"] and p["diff"]]
+        return float(np.mean(d)) if d else None
+
+    accuracy = acc(prompts)
+    both = [p for p in prompts if p["same"] and p["diff"]]
+    out: dict[str, Any] = {
+        "prompts": len(prompts),
+        "samples": sum(len(p["correct"]) for p in prompts),
+        "accuracy": accuracy,
+        "accuracy_ci95": bootstrap(prompts, acc),
+        "distinct_correct_per_prompt": float(np.mean([p["distinct"] for p in prompts])),
+        "prompts_with_same_and_different_pairs": len(both),
+        "mean_similarity_same_answer": float(np.mean([s for p in prompts for s in p["same"]]))
+        if any(p["same"] for p in prompts) else None,
+        "mean_similarity_different_answer": float(np.mean([s for p in prompts for s in p["diff"]]))
+        if any(p["diff"] for p in prompts) else None,
+        "similarity_gap": gap(prompts),
+        "similarity_gap_ci95": bootstrap(both, gap) if len(both) >= 3 else None,
+    }
+    in_band = accuracy is not None and BAND[0] <= accuracy <= BAND[1]
+    sees = out["similarity_gap_ci95"] is not None and out["similarity_gap_ci95"][0] > 0
+    out["accuracy_in_band"] = in_band
+    out["embedder_sees_diversity"] = sees
+    out["passed"] = bool(in_band and sees)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True, help="directory for gate.json")
+    p.add_argument("--prompts", type=int, default=32)
+    p.add_argument("--samples", type=int, default=8)
+    p.add_argument("--max-new", type=int, default=48, help="completion tokens")
+    p.add_argument("--temperature", type=float, default=0.7)
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args(argv)
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from reweighter.client.local import LocalClient
+
+    from .data import generate_pickone
+    from .experiment import _generate
+    from .policy import smollm2_path
+    from .rewards import correct_answer
+
+    torch.manual_seed(a.seed)
+    path = smollm2_path()
+    rows = generate_pickone(a.prompts, "train")
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    tok = AutoTokenizer.from_pretrained(path)
+    t0 = time.perf_counter()
+    groups = _generate(model, tok, [r["prompt"] for r in rows], a.samples, False, a.max_new,
+                       a.seed, a.temperature)
+    gen_s = time.perf_counter() - t0
+    with LocalClient() as client:
+        records = []
+        for row, group in zip(rows, groups, strict=True):
+            answer = [correct_answer(t, row["answer"], row["check"]) for t in group]
+            ok = [x is not None for x in answer]
+            emb = np.asarray(client.embed(group).embeddings, dtype=np.float64)
+            same, diff = similarity_pairs(emb, answer)
+            records.append({
+                "prompt": row["prompt"][-1]["content"], "category": row["answer"],
+                "correct": ok, "answers": answer,
+                "distinct": len({x for x in answer if x}), "same": same, "diff": diff,
+                "completions": group,
+            })
+    result = summarise(records)
+    result.update(
+        policy="SmolLM2-135M-Instruct", task="pickone", max_new_tokens=a.max_new,
+        temperature=a.temperature, seed=a.seed, generation_s=round(gen_s, 1),
+        embedder="all-MiniLM-L6-v2 (in process)", band=list(BAND),
+    )
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "gate.json").write_text(json.dumps({**result, "per_prompt": records}, indent=2))
+    print(json.dumps(result, indent=2))
+    print(f"[gate] {'PASSED' if result['passed'] else 'FAILED'}: accuracy "
+          f"{result['accuracy']:.3f} {result['accuracy_ci95']}, similarity gap "
+          f"{result['similarity_gap']} {result['similarity_gap_ci95']}")
+    return 0 if result["passed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
