@@ -98,6 +98,9 @@ def test_the_catalogue_and_the_wire_models_need_no_torch() -> None:
         "from reweighter.methods.catalog import CATALOG\n"
         "import reweighter.methods\n"
         "schemas = {n: s.params_model.model_json_schema() for n, s in CATALOG.items()}\n"
+        "from reweighter.api.grpc import convert\n"
+        "from reweighter.api.http.schemas import ReweightIn\n"
+        "ReweightIn.model_json_schema()  # the method enum and params, from the catalogue\n"
         "assert 'torch' not in sys.modules, 'torch imported'\n"
         "print(sorted(str(n) for n in schemas))\n"
     )
