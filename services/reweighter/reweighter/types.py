@@ -123,6 +123,8 @@ class EngineInfo(TypedDict):
     model: str | None
     dim: int | None
     device: str | None
+    precision: str | None
+    """Encoder precision in use (fp32, int8, fp16, bf16); None until the model is loaded."""
     ready: bool
     long_text: str
     methods: dict[str, MethodInfo]

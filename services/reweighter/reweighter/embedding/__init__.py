@@ -63,6 +63,8 @@ def build_embedder(settings: Settings) -> Embedder:
         long_text=settings.long_text,
         max_seq_length=settings.max_seq_length,
         compile=compile_mode(settings),  # type: ignore[arg-type]
+        precision=settings.precision,
+        precision_cache_dir=settings.precision_cache_dir,
     )
     return CachingEmbedder(
         encoder,

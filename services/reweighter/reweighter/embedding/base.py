@@ -98,6 +98,8 @@ class Embedder(ABC):
     model_id: str
     dim: int
     device: str
+    precision: str = "fp32"
+    """What the encoder computes in (fp32, int8, fp16, bf16): reported by /v1/info."""
     stats: EmbedStats
 
     @abstractmethod

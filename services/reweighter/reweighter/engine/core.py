@@ -146,6 +146,7 @@ class ReweightEngine:
             "model": emb.model_id if emb else None,
             "dim": emb.dim if emb else None,
             "device": emb.device if emb else None,
+            "precision": emb.precision if emb else None,
             "ready": emb is not None,
             "long_text": str(self.settings.long_text),
             "methods": {

@@ -153,6 +153,8 @@ def info_to_proto(info: EngineInfo) -> pb.InfoResponse:
         msg.device = str(info["device"])
     if info["dim"] is not None:
         msg.dim = int(info["dim"])
+    if info.get("precision") is not None:
+        msg.precision = str(info["precision"])
     for name, spec in info["methods"].items():
         msg.methods[name].update(dict(spec))
     for name, value in info["limits"].items():
@@ -166,6 +168,7 @@ def proto_to_info(msg: pb.InfoResponse) -> EngineInfo:
         "model": msg.model if msg.HasField("model") else None,
         "dim": msg.dim if msg.HasField("dim") else None,
         "device": msg.device if msg.HasField("device") else None,
+        "precision": msg.precision if msg.HasField("precision") else None,
         "ready": msg.ready,
         "long_text": msg.long_text,
         "methods": {k: json_format.MessageToDict(v) for k, v in msg.methods.items()},  # type: ignore[misc]

@@ -91,7 +91,7 @@ class InfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class InfoResponse(_message.Message):
-    __slots__ = ("model", "dim", "device", "version", "long_text", "methods", "advantages", "limits", "ready")
+    __slots__ = ("model", "dim", "device", "version", "long_text", "methods", "advantages", "limits", "ready", "precision")
     class MethodsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -115,6 +115,7 @@ class InfoResponse(_message.Message):
     ADVANTAGES_FIELD_NUMBER: _ClassVar[int]
     LIMITS_FIELD_NUMBER: _ClassVar[int]
     READY_FIELD_NUMBER: _ClassVar[int]
+    PRECISION_FIELD_NUMBER: _ClassVar[int]
     model: str
     dim: int
     device: str
@@ -124,7 +125,8 @@ class InfoResponse(_message.Message):
     advantages: _containers.RepeatedScalarFieldContainer[str]
     limits: _containers.ScalarMap[str, int]
     ready: bool
-    def __init__(self, model: _Optional[str] = ..., dim: _Optional[int] = ..., device: _Optional[str] = ..., version: _Optional[str] = ..., long_text: _Optional[str] = ..., methods: _Optional[_Mapping[str, _struct_pb2.Struct]] = ..., advantages: _Optional[_Iterable[str]] = ..., limits: _Optional[_Mapping[str, int]] = ..., ready: _Optional[bool] = ...) -> None: ...
+    precision: str
+    def __init__(self, model: _Optional[str] = ..., dim: _Optional[int] = ..., device: _Optional[str] = ..., version: _Optional[str] = ..., long_text: _Optional[str] = ..., methods: _Optional[_Mapping[str, _struct_pb2.Struct]] = ..., advantages: _Optional[_Iterable[str]] = ..., limits: _Optional[_Mapping[str, int]] = ..., ready: _Optional[bool] = ..., precision: _Optional[str] = ...) -> None: ...
 
 class Vector(_message.Message):
     __slots__ = ("values",)
