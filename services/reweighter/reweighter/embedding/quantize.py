@@ -141,6 +141,7 @@ def build_int8(auto_model: torch.nn.Module, type_ids: bool, cache_dir: Path) -> 
         quantize_dynamic_avx2(tmp / "fp32.onnx", tmp / "model.onnx")
         (tmp / "fp32.onnx").unlink()
         (tmp / "meta.json").write_text(json.dumps({"recipe": RECIPE}) + "\n")
+        tmp.chmod(0o755)  # mkdtemp makes it private: a service user other than the builder reads it
         try:
             tmp.rename(final)
         except OSError:  # another process finished first: use its copy
@@ -170,3 +171,33 @@ class OrtTransformer:
         if "token_type_ids" in self.names:
             feed["token_type_ids"] = np.zeros_like(ids)
         return torch.from_numpy(self.session.run(None, feed)[0])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m reweighter.embedding.quantize`: build the int8 artefact now (an image build
+    step), where `reweighter serve --precision int8` with the same settings will find it."""
+    import argparse
+
+    from reweighter.config import Settings
+    from reweighter.embedding.sentence_transformers import SentenceTransformerEncoder
+
+    settings = Settings()
+    ap = argparse.ArgumentParser(prog="python -m reweighter.embedding.quantize")
+    ap.add_argument("--model", default=settings.model, help="default: the bundled MiniLM")
+    ap.add_argument(
+        "--cache-dir", default=settings.precision_cache_dir,
+        help="default: REWEIGHTER_PRECISION_CACHE_DIR, else ~/.cache/reweighter",
+    )  # fmt: skip
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    enc = SentenceTransformerEncoder(
+        args.model, device="cpu", compile="off", precision="int8",
+        precision_cache_dir=args.cache_dir,
+    )  # fmt: skip
+    assert enc._ort is not None
+    print(enc._ort.path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
