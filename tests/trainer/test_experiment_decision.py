@@ -255,3 +255,27 @@ def test_collect_only_writes_the_decision_and_its_plots(tmp_path: Path) -> None:
     names = {p.name for p in plot(tmp_path)}
     assert {"paired.png", "ratios.png", "reward.png"} <= names
     assert (tmp_path / "paired.png").stat().st_size > 5000
+
+
+def test_step_recorder_scores_training_groups_with_the_checker(tmp_path: Path) -> None:
+    """The training accuracy the rule uses is the checker's, not the reward; every group lands
+    in the JSONL log the offline DRA check reads."""
+    from reweighter_trainer.decision import read_groups
+    from reweighter_trainer.experiment import StepRecorder
+
+    rows = generate_pickone(4, "train")
+    rec = StepRecorder(rows, 2, tmp_path / "g.jsonl")
+    gold = rows[0]["answer"]
+    good = sorted(PICK_CATEGORIES[gold][1])
+    batch = {
+        "prompts": [rows[0]["prompt"]] * 2 + [rows[1]["prompt"]] * 2,
+        "completions": [f"Answer: {good[0]}", f"Answer: {good[1]}", "no idea", "Answer: ?"],
+        "base_rewards": [2.9, 2.9, 0.0, 1.0], "rewards": [1.0, 1.0, 0.0, 0.5],
+    }
+    rec(batch)
+    assert rec.accuracy == [0.5] and rec.distinct == [1.0]  # groups: 2 distinct, 0 distinct
+    logged = read_groups(tmp_path / "g.jsonl")
+    assert [g["answers"] for g in logged] == [good[:2], [None, None]]
+    assert logged[0]["base_rewards"] == [2.9, 2.9] and logged[1]["gold"] == rows[1]["answer"]
+    with pytest.raises(RuntimeError, match="unknown prompt"):
+        rec({**batch, "prompts": [[{"role": "user", "content": "elsewhere"}]] * 4})

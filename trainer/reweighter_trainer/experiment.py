@@ -120,26 +120,32 @@ class StepRecorder:
     offline checks (prompt, completions, base rewards, reweighted rewards, answers)."""
 
     def __init__(self, rows: list[dict], group_size: int, path: Path) -> None:
-        self.by_prompt = {json.dumps(r["prompt"]): r for r in rows}
+        self.by_prompt = {self.key(r["prompt"]): r for r in rows}
         self.g = group_size
         self.path = path
         self.accuracy: list[float] = []
         self.distinct: list[float] = []
         path.write_text("")
 
+    @staticmethod
+    def key(prompt: Any) -> str:
+        """A prompt's question: the last message of a chat prompt, or the text itself."""
+        return prompt[-1]["content"] if isinstance(prompt, list) else str(prompt)
+
     def __call__(self, batch: dict[str, Any]) -> None:
         judge = _judge([])
         texts, ok_all, distinct = batch["completions"], [], []
         with self.path.open("a") as f:
             for start in range(0, len(texts), self.g):
-                prompt = batch["prompts"][start]
-                row = self.by_prompt.get(json.dumps(prompt))
+                row = self.by_prompt.get(self.key(batch["prompts"][start]))
+                if row is None:  # never score a group as wrong because its prompt was not found
+                    raise RuntimeError(f"StepRecorder: unknown prompt {batch['prompts'][start]!r}")
                 group = texts[start : start + self.g]
-                answers = [judge(t, row) if row else None for t in group]
+                answers = [judge(t, row) for t in group]
                 ok_all += [a is not None for a in answers]
                 distinct.append(len({a for a in answers if a}))
                 f.write(json.dumps({
-                    "step": len(self.accuracy) + 1, "category": row and row["answer"],
+                    "step": len(self.accuracy) + 1, "gold": row["answer"],
                     "completions": group, "answers": answers,
                     "base_rewards": batch["base_rewards"][start : start + self.g],
                     "rewards": batch["rewards"][start : start + self.g],
