@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import itertools
 import logging
 import uuid
 from collections.abc import Awaitable, Sequence
@@ -110,6 +111,8 @@ class GroupAssembler:
         self.settings = settings
         self.limits = Limits.from_settings(settings)
         self.stats = AssemblyStats()
+        self._replica = uuid.uuid4().hex
+        self._claims = itertools.count()  # claim tokens: this replica's id and a serial
         self._watches: dict[tuple[str, int], _Watch] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._waiting = 0
@@ -285,7 +288,7 @@ class GroupAssembler:
     async def _compute_once(self, gid: str, rnd: int, size: int) -> RoundResult | None:
         """Reweight the round unless another replica has claimed it; survives our waiters
         leaving (shielded), so a claimed round is always finished or released."""
-        token = uuid.uuid4().hex
+        token = f"{self._replica}:{next(self._claims)}"
         if not await self.store.claim(gid, token, _CLAIM_TTL_S):
             return None
         compute = self._compute(gid, rnd, size, token)
@@ -366,7 +369,7 @@ class GroupAssembler:
 
     async def _close_short(self, m: _Member, rnd: int, by: float) -> RoundResult | None:
         """Close the round as it is (short), unless someone else holds it or it became whole."""
-        token = uuid.uuid4().hex
+        token = f"{self._replica}:{next(self._claims)}"
         if not await self._bounded(self.store.claim(m.gid, token, _CLAIM_TTL_S), by):
             return None
         try:
@@ -505,7 +508,9 @@ class GroupAssembler:
                 )
 
     async def _bounded(self, awaitable: Awaitable[T], deadline: float) -> T:
-        """A store call that cannot outlive the member's deadline."""
+        """A store call that cannot outlive the member's deadline (one in memory never waits)."""
+        if not self.store.remote:
+            return await awaitable
         now = asyncio.get_running_loop().time()
         try:
             async with asyncio.timeout_at(max(deadline, now + 0.01)):

@@ -53,9 +53,11 @@ OnDone = Callable[[str, int], None]
 
 class AssemblyStore:
     """Atomic operations on assembly state. `polling`: whether completion can be missed by
-    `on_done` (a lost pub/sub message), so waiters should also poll."""
+    `on_done` (a lost pub/sub message), so waiters should also poll; `remote`: whether a call
+    can wait on the network (the assembler bounds those by the member's deadline)."""
 
     polling: bool = False
+    remote: bool = True
 
     async def add(
         self,
@@ -123,6 +125,8 @@ class MemoryStore(AssemblyStore):
     Open rounds expire on a heap of (expiry, group id) with lazy deletion (a round's expiry only
     grows); results have one TTL, so their insertion order is their expiry order.
     """
+
+    remote = False
 
     def __init__(self, limits: Limits, clock: Callable[[], float] = time.monotonic) -> None:
         self.limits = limits
