@@ -6,6 +6,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -279,3 +280,25 @@ def test_step_recorder_scores_training_groups_with_the_checker(tmp_path: Path) -
     assert logged[0]["base_rewards"] == [2.9, 2.9] and logged[1]["gold"] == rows[1]["answer"]
     with pytest.raises(RuntimeError, match="unknown prompt"):
         rec({**batch, "prompts": [[{"role": "user", "content": "elsewhere"}]] * 4})
+
+
+def test_gate_numbers_by_hand() -> None:
+    from reweighter_trainer.gate import similarity_pairs, summarise
+
+    # Three correct answers (june, june, july) and a wrong one; unit vectors at 0, 0 and 90
+    # degrees: the same-answer pair has cosine 1, the two different-answer pairs 0.
+    emb = np.array([[1.0, 0.0], [2.0, 0.0], [0.0, 1.0], [0.6, 0.8]])
+    same, diff = similarity_pairs(emb, ["june", "june", "july", None])
+    assert same == pytest.approx([1.0]) and diff == pytest.approx([0.0, 0.0])
+    prompts = [
+        {"correct": [True, True, True, False], "distinct": 2, "same": same, "diff": diff},
+        {"correct": [True, False, False, False], "distinct": 1, "same": [], "diff": []},
+        {"correct": [False] * 4, "distinct": 0, "same": [], "diff": []},
+    ]
+    got = summarise(prompts * 2)  # six prompts, two of them with both kinds of pairs
+    assert got["accuracy"] == pytest.approx(8 / 24) and got["accuracy_in_band"]
+    assert got["similarity_gap"] == pytest.approx(1.0)
+    assert got["similarity_gap_ci95"] is None  # fewer than 3 prompts with both: no interval
+    assert not got["passed"] and got["distinct_correct_per_prompt"] == pytest.approx(1.0)
+    many = summarise(prompts * 4)
+    assert many["similarity_gap_ci95"] == pytest.approx((1.0, 1.0)) and many["passed"]
