@@ -4,11 +4,8 @@ SIGTERM lets in-flight requests finish, flags override the environment."""
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import signal
-import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -16,13 +13,13 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 import httpx
 import pytest
-from conftest import free_port
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from reweighter.client import GrpcReweighterClient, RetryPolicy, ReweighterClient
 from reweighter.config import Settings
 from reweighter.engine import ReweightEngine
 from reweighter.errors import NotReady
+from reweighter.launch import serve
 from reweighter.server import BackgroundService, configure_parser, settings_from_args
 from reweighter.types import Group, ReweightRequest
 
@@ -101,17 +98,8 @@ def _in_flight(url: str) -> dict[str, float]:
 
 
 def test_sigterm_lets_in_flight_requests_finish(engine: ReweightEngine) -> None:
-    http_port, grpc_port = free_port(), free_port()
-    env = dict(os.environ, HF_HUB_OFFLINE="1", REWEIGHTER_LOG_LEVEL="warning")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "reweighter.server", "--host", "127.0.0.1",
-         "--http-port", str(http_port), "--grpc-port", str(grpc_port)],
-        env=env,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{http_port}"
-    try:
-        with ReweighterClient(url) as probe:
-            probe.wait_ready(timeout=180)
+    with serve() as served:
+        url, proc = served.url, served.proc
         # requests heavy enough (fresh ~170-token texts) to still be running at SIGTERM; the
         # same texts with different rewards and methods, so the in-process check embeds once
         words = "step by step we add the numbers and carry the digits to the next column"
@@ -124,7 +112,7 @@ def test_sigterm_lets_in_flight_requests_finish(engine: ReweightEngine) -> None:
         with ThreadPoolExecutor(2) as pool:
             http_call = pool.submit(ReweighterClient(url, retry=NO_RETRY).reweight, requests[0])
             grpc_call = pool.submit(
-                GrpcReweighterClient(f"127.0.0.1:{grpc_port}", retry=NO_RETRY).reweight,
+                GrpcReweighterClient(served.target, retry=NO_RETRY).reweight,
                 requests[1],
             )
             deadline = time.monotonic() + 60
@@ -139,10 +127,6 @@ def test_sigterm_lets_in_flight_requests_finish(engine: ReweightEngine) -> None:
             want = engine.reweight(request).groups[0]
             assert result.groups[0].rewards == pytest.approx(want.rewards, abs=1e-4)
             assert result.groups[0].advantages == pytest.approx(want.advantages, abs=1e-3)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
 
 
 def test_flags_override_environment(monkeypatch: pytest.MonkeyPatch) -> None:
