@@ -4,7 +4,9 @@ First contact (issue 15, item 3): start plain `reweighter serve` (no flags, no e
 process, time /readyz, warm it with 32 texts, then send 128 fresh texts of ~180 word pieces as
 requests of 16 over 8 concurrent connections to /v1/embed; the baseline is
 `SentenceTransformer.encode(texts, batch_size=32)` on the same texts in this process, in the
-same run. Each run uses new texts (no cache hit across runs); `dup` has 30 % exact duplicates.
+same run. Each run uses new texts (no cache hit across runs); `dup` is generated with
+dup_rate 0.3, which in groups of 8 is round(2.4) = 2 exact copies per group: 25 % of the texts
+are duplicates, so its ideal ratio is the fresh ratio / 0.75 (not / 0.7).
 Runs right after ready and, where the service compiles (`--compile on`, or the default on a
 GPU: `auto` stays eager on CPU), again once it logs that the compiled encoder is in.
 
