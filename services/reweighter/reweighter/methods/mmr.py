@@ -95,16 +95,16 @@ def _mmr(
         lam_b = torch.where(hi == lo, torch.ones_like(lam_b), lam_b)  # λ = 1: r unchanged
 
     # The content keys of the tie rule: an item's similarity to the rest of its group.
-    off = sim.clone()
-    off.diagonal(dim1=-2, dim2=-1).zero_()
-    keys = (off.sum(-1), off.square().sum(-1))
+    diag = sim.diagonal(dim1=-2, dim2=-1)
+    keys = (sim.sum(-1) - diag, (sim * sim).sum(-1) - diag * diag)  # off-diagonal sums
     # Score ties: TIE_TOL, plus the rounding of λ·r for large rewards.
     tol = TIE_TOL + 16 * torch.finfo(r.dtype).eps * r.abs().amax(-1, keepdim=True)
 
     def pick(score: torch.Tensor) -> torch.Tensor:
         cand = score >= score.amax(-1, keepdim=True) - tol
-        for key in keys:
-            cand = _near_min(key, cand)
+        if int(cand.sum()) > cand.shape[0]:  # most steps have one best item a group: no keys
+            for key in keys:
+                cand = _near_min(key, cand)
         # Left: items equal in reward and keys (copies); their values are averaged below, so
         # which of them goes first does not change the answer.
         return cand.to(torch.uint8).argmax(-1, keepdim=True)
@@ -143,17 +143,24 @@ def _share_among_copies(
 ) -> torch.Tensor:
     """Each item gets the mean value of the items indistinguishable from it (same reward, keys
     within TIE_TOL): copies of one completion, whose order nothing in the input can decide."""
-    same = (r.unsqueeze(-1) == r.unsqueeze(-2)) & valid.unsqueeze(-1) & valid.unsqueeze(-2)
+    # Cheap screen: copies are neighbours once a group's first key is sorted.
+    k0 = keys[0].masked_fill(~valid, torch.inf)
+    srt = k0.sort(-1).values
+    gaps = srt[:, 1:] - srt[:, :-1]
+    near = (gaps <= TIE_TOL * (1.0 + srt[:, 1:].abs())).any(-1)
+    if not bool(near.any()):
+        return out
+    idx = near.nonzero().squeeze(-1)  # only the groups that may hold copies
+    rs, vs, os_ = r[idx], valid[idx], out[idx]
+    same = (rs.unsqueeze(-1) == rs.unsqueeze(-2)) & vs.unsqueeze(-1) & vs.unsqueeze(-2)
     for key in keys:
-        k = key.masked_fill(~valid, 0.0)
+        k = key[idx].masked_fill(~vs, 0.0)
         gap = (k.unsqueeze(-1) - k.unsqueeze(-2)).abs()
         same &= gap <= TIE_TOL * (1.0 + k.abs().unsqueeze(-1).maximum(k.abs().unsqueeze(-2)))
-    n = same.sum(-1)
-    if bool((n <= 1).all()):  # no copies anywhere: nothing to share
-        return out
-    w = same.to(out.dtype)
-    shared = (w @ out.unsqueeze(-1)).squeeze(-1) / n.clamp_min(1).to(out.dtype)
-    return torch.where(valid, shared, torch.zeros((), dtype=out.dtype, device=out.device))
+    n = same.sum(-1).clamp_min(1).to(out.dtype)
+    shared = (same.to(out.dtype) @ os_.unsqueeze(-1)).squeeze(-1) / n
+    shared = torch.where(vs, shared, torch.zeros((), dtype=out.dtype, device=out.device))
+    return out.index_copy(0, idx, shared)
 
 
 def mmr_from_similarity(
