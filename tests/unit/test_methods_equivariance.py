@@ -209,3 +209,22 @@ def test_copies_get_equal_values_and_equal_groups_are_kept(data, lam) -> None:
         assert out[0, i].item() == pytest.approx(out[0, j].item(), abs=1e-5)
     if r.max() == r.min():
         assert torch.equal(out, r) and lam_used.item() == 1.0
+
+
+def test_the_cli_flag_reaches_the_kernel(tmp_path) -> None:
+    """`reweighter reweight --equal-rewards diversify` (a flag generated from MmrParams)."""
+    import json
+
+    from reweighter.cli import main
+
+    src, dst = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    emb = [[1.0, 0.0], [0.8, 0.6], [0.0, 1.0]]  # s12 = 0.8, s13 = 0, s23 = 0.6
+    src.write_text(json.dumps({"rewards": [0, 0, 0], "embeddings": emb}) + "\n")
+    assert main(["reweight", str(src), str(dst), "--method", "mmr"]) == 0
+    assert json.loads(dst.read_text())["reweighted_rewards"] == [0.0, 0.0, 0.0]
+    argv = ["reweight", str(src), str(dst), "--method", "mmr", "--equal-rewards", "diversify"]
+    assert main(argv) == 0
+    # Row sums: item 1 0.8, item 2 1.4, item 3 0.6: item 3 first (0); then item 1: -0.5*0 = 0,
+    # item 2: -0.5*0.6 = -0.3 -> item 1 (0); item 2: -0.5*max(0.6, 0.8) = -0.4.
+    got = json.loads(dst.read_text())["reweighted_rewards"]
+    assert got == pytest.approx([0.0, -0.4, 0.0], abs=1e-6)
