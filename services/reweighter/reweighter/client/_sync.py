@@ -9,6 +9,7 @@ serves sync and async callers, whichever loop or thread they are on."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import weakref
 from collections.abc import Awaitable, Coroutine, Sequence
@@ -46,17 +47,24 @@ class SyncClient(Generic[A]):
             target=self._loop.run_forever, name="reweighter-client", daemon=True
         )
         self._thread.start()
-        # A client dropped without close() still stops its loop thread when collected.
-        weakref.finalize(self, _stop, self._loop)
 
-        async def build() -> A:  # grpc.aio and httpx want the loop that will use them
+        async def build() -> A:  # grpc.aio and aiohttp want the loop that will use them
             return self.async_class(*args, **kwargs)
 
-        self.aio: A = self._run(build())
+        try:
+            self.aio: A = self._run(build())
+        except BaseException:
+            _shutdown(self._loop, None, self._thread)
+            raise
         self.retry = self.aio.retry
+        # Runs once: on close(), when a dropped client is collected, or at interpreter exit
+        # (the loop thread is still alive then), so connections are closed, not leaked.
+        self._finalizer = weakref.finalize(self, _shutdown, self._loop, self.aio, self._thread)
 
     def _run(self, coro: Coroutine[Any, Any, T] | Awaitable[T]) -> T:
         if self._loop.is_closed():
+            if asyncio.iscoroutine(coro):
+                coro.close()  # never scheduled: no "never awaited" warning
             raise RuntimeError("the client is closed")
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()  # type: ignore[arg-type]
 
@@ -83,12 +91,7 @@ class SyncClient(Generic[A]):
     def close(self) -> None:
         if self._loop.is_closed():
             return
-        try:
-            self._run(self.aio.close())
-        finally:
-            _stop(self._loop)
-            self._thread.join(timeout=10)
-            self._loop.close()
+        self._finalizer()  # closes the async client, stops and closes the loop
 
     def __enter__(self: T) -> T:
         return self
@@ -97,6 +100,24 @@ class SyncClient(Generic[A]):
         self.close()
 
 
-def _stop(loop: asyncio.AbstractEventLoop) -> None:
-    if not loop.is_closed():
-        loop.call_soon_threadsafe(loop.stop)
+def _shutdown(loop: asyncio.AbstractEventLoop, aio: Any, thread: threading.Thread) -> None:
+    if loop.is_closed():
+        return
+    mine = _on(loop)  # collected on the loop's own thread: it cannot wait for itself
+    if aio is not None and loop.is_running():
+        closing = asyncio.run_coroutine_threadsafe(aio.close(), loop)
+        if not mine:
+            with contextlib.suppress(Exception):  # best effort; the loop stops regardless
+                closing.result(timeout=10)
+    loop.call_soon_threadsafe(loop.stop)
+    if not mine:
+        thread.join(timeout=10)
+        if not loop.is_running():
+            loop.close()
+
+
+def _on(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
