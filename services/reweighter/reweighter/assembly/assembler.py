@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import itertools
 import logging
 import uuid
@@ -40,8 +39,8 @@ from ..errors import (
     StoreUnavailable,
 )
 from ..limits import Limits
-from ..types import AdvantageKind, Group, GroupStats, Method, ReweightRequest
-from .records import GroupMeta, MemberRecord, OpenRound, RoundResult
+from ..types import AdvantageKind, Group, Method, ReweightRequest
+from .records import GroupMeta, MemberRecord, OpenRound, RoundResult, encode
 from .store import AssemblyStore
 from .types import MemberReason, MemberResult, MemberSubmission
 
@@ -179,14 +178,13 @@ class GroupAssembler:
         """Add the member and wait for its round; see MemberResult for what comes back."""
         await self.start()
         s = self.settings
-        m = _encode(
-            check_member(
-                sub,
-                self.limits,
-                default_timeout_s=s.assembly_timeout_s,
-                max_timeout_s=s.assembly_max_timeout_s,
-            )
+        checked = check_member(
+            sub,
+            self.limits,
+            default_timeout_s=s.assembly_timeout_s,
+            max_timeout_s=s.assembly_max_timeout_s,
         )
+        m = _Member(checked, *encode(checked))
         size = m.checked.group_size
         loop = asyncio.get_running_loop()
         deadline = loop.time() + m.checked.timeout_s
@@ -201,7 +199,7 @@ class GroupAssembler:
             if out.kind != "done":
                 break
             assert out.result is not None
-            if _is_retry(out.result, m):
+            if out.result.position(m.mid, m.meta, m.record) is not None:
                 return self._answer(out.result, m)
             after, answered = out.round, out.result
         if out.kind == "added" and answered is not None:
@@ -449,22 +447,7 @@ class GroupAssembler:
         self._same_payload(result.raw[i], result.digests[i], m)
         if not result.complete:
             self.stats.timeouts += 1
-        return MemberResult(
-            group_id=m.gid,
-            member_id=m.mid,
-            reward=result.rewards[i],
-            raw_reward=result.raw[i],
-            advantage=result.advantages[i] if result.advantages is not None else None,
-            complete=result.complete,
-            reason=None if result.complete else MemberReason.SHORT,
-            stats=(
-                GroupStats(result.mean_similarity, result.lambda_)
-                if result.complete and result.mean_similarity is not None
-                else None
-            ),
-            members=len(result.ids),
-            round=result.round,
-        )
+        return result.answer(m.gid, i)
 
     def _late(self, m: _Member, result: RoundResult, rnd: int) -> None:
         self.stats.size_mismatch["late"] += 1
@@ -518,32 +501,3 @@ class GroupAssembler:
         except TimeoutError:
             op = getattr(awaitable, "__qualname__", "call")
             raise StoreUnavailable(f"the assembly store did not answer in time ({op})") from None
-
-
-def _encode(c: CheckedMember) -> _Member:
-    """The member as the store keeps it; the meta is what its round's members must share."""
-    if c.completion is not None:
-        digest = hashlib.sha256(c.completion.encode("utf-8")).hexdigest()
-        value: str | list[float] = c.completion
-        kind, dim = "completion", None
-    else:
-        assert c.embedding is not None
-        digest = hashlib.sha256(c.embedding.tobytes()).hexdigest()
-        value, kind, dim = c.embedding.tolist(), "embedding", int(c.embedding.shape[0])
-    meta = GroupMeta(
-        group_size=c.group_size,
-        method=c.method.value,
-        params=c.params.model_dump(mode="json", by_alias=True),
-        advantages=c.advantages.value,
-        input=kind,
-        dim=dim,
-    )
-    return _Member(c, meta, MemberRecord(reward=c.reward, digest=digest, value=value))
-
-
-def _is_retry(result: RoundResult, m: _Member) -> bool:
-    """The member as it was in an answered round: same group settings, id and payload."""
-    if result.meta != m.meta or m.mid not in result.ids:
-        return False
-    i = result.ids.index(m.mid)
-    return result.raw[i] == m.record.reward and result.digests[i] == m.record.digest

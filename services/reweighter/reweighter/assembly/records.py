@@ -10,17 +10,24 @@ to these models; a deployment that wants the versions fully apart can also chang
 `assembly_prefix` with the upgrade.
 
 The in-process store keeps the objects; the Redis store keeps `dump()` strings, canonical (sorted
-keys) so that equal metas are equal strings for its Lua scripts.
+keys) so that equal metas are equal strings for its Lua scripts. `encode` turns a checked member
+into its records, `RoundResult.answer` a round's result into a member's answer.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-from typing import Any, Literal, Self
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..errors import StoreUnavailable
+from ..types import GroupStats
+from .types import MemberReason, MemberResult
+
+if TYPE_CHECKING:  # the stores need no engine
+    from ..engine.checks import CheckedMember
 
 SCHEMA_VERSION = 1
 
@@ -89,6 +96,32 @@ class RoundResult(_Record):
     mean_similarity: float | None
     lambda_: float | None
 
+    def position(self, member_id: str, meta: GroupMeta, record: MemberRecord) -> int | None:
+        """Where the member is, when it is in this round as it is sent now (a retry)."""
+        if meta != self.meta or member_id not in self.ids:
+            return None
+        i = self.ids.index(member_id)
+        return i if (self.raw[i], self.digests[i]) == (record.reward, record.digest) else None
+
+    def answer(self, group_id: str, i: int) -> MemberResult:
+        """The answer of the member at position i."""
+        return MemberResult(
+            group_id=group_id,
+            member_id=self.ids[i],
+            reward=self.rewards[i],
+            raw_reward=self.raw[i],
+            advantage=self.advantages[i] if self.advantages is not None else None,
+            complete=self.complete,
+            reason=None if self.complete else MemberReason.SHORT,
+            stats=(
+                GroupStats(self.mean_similarity, self.lambda_)
+                if self.complete and self.mean_similarity is not None
+                else None
+            ),
+            members=len(self.ids),
+            round=self.round,
+        )
+
 
 class OpenRound(BaseModel):
     """An open round as `AssemblyStore.members` reads it (not stored as such)."""
@@ -100,10 +133,34 @@ class OpenRound(BaseModel):
     members: dict[str, MemberRecord]
 
 
+def encode(c: CheckedMember) -> tuple[GroupMeta, MemberRecord]:
+    """A checked member as the store keeps it: its round's meta (what every member must share)
+    and its record (compared by digest on a retry)."""
+    if c.completion is not None:
+        digest = hashlib.sha256(c.completion.encode("utf-8")).hexdigest()
+        value: str | list[float] = c.completion
+        kind: Literal["completion", "embedding"] = "completion"
+        dim = None
+    else:
+        assert c.embedding is not None
+        digest = hashlib.sha256(c.embedding.tobytes()).hexdigest()
+        value, kind, dim = c.embedding.tolist(), "embedding", int(c.embedding.shape[0])
+    meta = GroupMeta(
+        group_size=c.group_size,
+        method=c.method.value,
+        params=c.params.model_dump(mode="json", by_alias=True),
+        advantages=c.advantages.value,
+        input=kind,
+        dim=dim,
+    )
+    return meta, MemberRecord(reward=c.reward, digest=digest, value=value)
+
+
 __all__ = [
     "SCHEMA_VERSION",
     "GroupMeta",
     "MemberRecord",
     "OpenRound",
     "RoundResult",
+    "encode",
 ]
