@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from ..engine import ReweightEngine
 
 
-def _engine_types() -> Any:
+def _engine_class() -> Any:
     # A light (client-only) install fails here, with the extra to install in the message.
     from ..engine import ReweightEngine
 
@@ -51,7 +51,7 @@ class AsyncLocalClient(AsyncClientBase):
     @property
     def engine(self) -> ReweightEngine:
         if self._engine is None:
-            engine_cls = _engine_types()
+            engine_cls = _engine_class()
             settings = self._settings
             if isinstance(settings, Mapping):
                 from ..config import Settings
