@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from reweighter.client import DEFAULT_URL
 from reweighter.types import Method
 
 from .config import ConfigError, load_raw, parse
@@ -244,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="GRPO vs DRA vs MMR: train, evaluate, results.json")
     p.add_argument("--config", required=True, help="a reweighter-train YAML (the shared setup)")
     p.add_argument("--out", required=True, help="output directory (results.json, runs/)")
-    p.add_argument("--url", default="http://127.0.0.1:8080", help="the Reweighter service")
+    p.add_argument("--url", default=DEFAULT_URL, help="the Reweighter service")
     p.add_argument("--methods", default="grpo,dra,mmr")
     p.add_argument("--seeds", default="0", help="comma-separated, e.g. 0,1,2")
     p.add_argument("--steps", type=int, default=40, help="GRPO steps per run")
