@@ -161,3 +161,24 @@ def test_http_and_grpc_give_identical_member_answers(engine: ReweightEngine) -> 
         for doc in ("operations.md", "integrations.md"):
             named |= set(re.findall(r"reweighter_assembly_[a-z_]+", (DOCS / doc).read_text()))
         assert named and named <= exported, named - exported
+
+
+def test_the_documented_member_request_and_answer_are_the_wire_format() -> None:
+    """docs/integrations.md's two JSON examples of the contract: the request is a valid member
+    (wire model and check_member), the answer has exactly the wire model's fields."""
+    import json
+
+    from reweighter.api.http.schemas import MemberIn, MemberOut
+    from reweighter.engine.checks import check_member
+    from reweighter.limits import Limits
+
+    text = (DOCS / "integrations.md").read_text()
+    contract = text[text.index("### The contract") : text.index("**gRPC**")]
+    request, answer = (json.loads(b) for b in re.findall(r"```json\n(.*?)```", contract, re.S))
+    sub = MemberIn.model_validate(request).to_submission("uid-17")
+    checked = check_member(sub, Limits.from_settings(settings()), default_timeout_s=300,
+                           max_timeout_s=1800)  # fmt: skip
+    assert checked.timeout_s == request["timeout_s"] and checked.completion is not None
+    assert set(answer) == set(MemberOut.model_fields)
+    out = MemberOut.model_validate(answer).to_result()
+    assert out.complete and out.reason is None and out.round == 0
