@@ -1,11 +1,12 @@
-"""The light client install (issue 21 item 10), for real: the wheel built from this checkout,
-installed with its declared dependencies into a fresh venv (the local package index; no torch,
-sentence-transformers, fastapi, uvicorn or httpx), then a fresh process from a neutral directory
-imports the client and the adapters and calls a real served reweighter over HTTP and gRPC.
+"""The light client install (issue 21 item 10), for real: docs/integrations.md's install line
+(`pip install <checkout>`) run in a fresh venv (the package index pip is configured with; no
+torch, sentence-transformers, fastapi, uvicorn or httpx come with it), then a fresh process from
+a neutral directory imports the client and the adapters and calls a real served reweighter over
+HTTP and gRPC.
 
 verl's adapter is not imported there: it imports verl, which needs torch, and belongs in verl's
 own environment (tests/integrations/test_documented.py imports it from a neutral directory).
-The venv is built once per session (about 30 s: venv, pip, wheel).
+The venv is built once per session (about 30 s: venv, wheel build, pip).
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ import json
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
 from reweighter.types import Group, ReweightRequest
 
@@ -57,8 +60,22 @@ print(json.dumps({"calls": out, "heavy": heavy, "engine_error": engine_error}))
 
 @pytest.fixture(scope="session")
 def light_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv where docs/integrations.md's line was run: `pip install <checkout>` (pip
+    builds the wheel in an isolated environment and installs its declared dependencies from the
+    configured index)."""
     root = tmp_path_factory.mktemp("light")
-    src = root / "src"  # what the Dockerfiles copy: the build never writes into the checkout
+    venv = root / "venv"
+    run([sys.executable, "-m", "venv", str(venv)], root)
+    run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-input",
+         str(checkout_copy(root))], root)  # fmt: skip
+    return venv
+
+
+def checkout_copy(root: Path) -> Path:
+    """What the Dockerfiles copy: building never writes into the shared checkout."""
+    src = root / "src"
+    if src.exists():
+        return src
     for rel in ("pyproject.toml", "README.md", "services/reweighter/reweighter",
                 "trainer/reweighter_trainer"):  # fmt: skip
         (src / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -66,21 +83,32 @@ def light_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
             shutil.copytree(REPO / rel, src / rel, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             shutil.copy2(REPO / rel, src / rel)
-    wheels = root / "wheels"
-    run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-         "-w", str(wheels), str(src)], root)  # fmt: skip
-    (wheel,) = wheels.glob("reweighter-*.whl")
-    venv = root / "venv"
-    run([sys.executable, "-m", "venv", str(venv)], root)
-    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-input"]
-    run([*pip, str(wheel)], root)  # with its declared dependencies, from the configured index
-    return venv
+    return src
 
 
 def run(cmd: list[str], cwd: Path, **kw: object) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=300, **kw)
     assert done.returncode == 0, f"{cmd[:4]}: {done.stderr[-2000:]}"
     return done
+
+
+def test_the_wheel_declares_only_the_light_dependencies(light_venv: Path, tmp_path: Path) -> None:
+    """`pip wheel --no-deps` (the docs' other route): the base requirements name no server
+    package; those are all behind the `server` extra."""
+    python = str(light_venv / "bin" / "python")
+    run([python, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path),
+         str(checkout_copy(light_venv.parent))], tmp_path)  # fmt: skip
+    (wheel,) = tmp_path.glob("reweighter-*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        meta = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/METADATA")))
+    requires = [Requirement(line.split(":", 1)[1]) for line in meta.decode().splitlines()
+                if line.startswith("Requires-Dist:")]  # fmt: skip
+    base = {r.name.lower() for r in requires if r.marker is None}
+    server = {r.name.lower() for r in requires
+              if r.marker is not None and r.marker.evaluate({"extra": "server"})}  # fmt: skip
+    assert base == {"numpy", "pydantic", "pydantic-settings", "grpcio", "protobuf", "aiohttp",
+                    "tenacity"}  # fmt: skip
+    assert {"torch", "sentence-transformers", "fastapi", "uvicorn"} <= server
 
 
 def test_declared_dependencies_are_light(light_venv: Path, tmp_path: Path) -> None:
