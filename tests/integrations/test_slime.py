@@ -178,3 +178,29 @@ def test_dict_rewards_and_ungrouped_samples(http: ReweighterClient) -> None:
 
 def test_empty_batch(http: ReweighterClient) -> None:
     assert slime.make_post_process(http)(args(), []) == ([], [])
+
+
+def test_member_order_is_sample_index(http: ReweighterClient) -> None:
+    """Issue 21 item 5: whatever order slime's batch is in, each group goes to the service in
+    Sample.index order: the same request, the same reward per sample."""
+    sent: list[ReweightRequest] = []
+
+    class Recording:
+        def reweight(self, request: ReweightRequest):  # noqa: ANN202
+            sent.append(request)
+            return http.reweight(request)
+
+    per_sample = []
+    for seed in (3, 4):
+        batch = make_batch(prompts=3, n=4, seed=9)
+        random.Random(seed).shuffle(batch)
+        raw, rewards = slime.make_post_process(Recording(), method="mmr",
+                                               params={"lambda": 0.5})(args(), batch)
+        per_sample.append({s.index: r for s, r in zip(batch, rewards, strict=True)})
+    assert per_sample[0] == per_sample[1]
+    texts = [sorted(list(g.completions) for g in r.groups) for r in sent]
+    assert texts[0] == texts[1]
+    batch = make_batch(prompts=3, n=4, seed=9)
+    for group in sent[0].groups:
+        g = next(s.group_index for s in batch if s.response == group.completions[0])
+        assert list(group.completions) == [s.response for s in in_group(batch, g)]
