@@ -220,3 +220,22 @@ def test_trl_snippet_word_for_word(tmp_path: Path, service, http) -> None:
     want = http.reweight(ReweightRequest(groups=[Group(rewards=base, completions=completions)]))
     assert got["name"] == "reweighted"
     assert got["rewards"] == pytest.approx(want.groups[0].rewards, abs=1e-6)
+
+
+def test_readme_rows_are_the_commands_run_here() -> None:
+    """README's 'Other RL stacks' table repeats the commands above: each is a subset of a block
+    this file runs (so it is run too), not a second, untested spelling."""
+    readme = (DOCS.parents[1] / "README.md").read_text()
+    rows = {m.group(1): m.group(2) for m in re.finditer(r"^\| (verl|slime|SkyRL) \| (.*) \|$",
+                                                        readme, re.M)}  # fmt: skip
+    assert set(rows) == {"verl", "slime", "SkyRL"}
+    verl_words = set(shlex.split(block("verl-overrides").replace("\\\n", " ")))
+    (verl_row,) = re.findall(r"`([^`]*)`", rows["verl"])
+    assert set(verl_row.split()) <= verl_words and len(verl_row.split()) == 4
+    slime_words = shlex.split(block("slime-command").replace("\\\n", " "))
+    (slime_row, env) = re.findall(r"`([^`]*)`", rows["slime"])
+    assert slime_row.split() == ["--custom-reward-post-process-path", slime_words[-1]]
+    assert env in "".join(slime_words[:2])
+    skyrl = block("skyrl-snippet")
+    for code in re.findall(r"`([^`]*)`", rows["SkyRL"]):
+        assert code.replace("class Trainer", "class ReweightedTrainer") in skyrl
