@@ -82,18 +82,50 @@ def body(texts: list[list[str]], rewards: list[list[float]], method: str) -> dic
     }
 
 
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "embedding.md"
+
+
+def documented(prefix: str) -> list[str]:
+    """The command line in docs/embedding.md that starts with `prefix` (comment dropped)."""
+    for line in DOCS.read_text().splitlines():
+        if line.startswith(prefix):
+            return line.split("#")[0].split()
+    raise AssertionError(f"docs/embedding.md has no line starting with {prefix!r}")
+
+
 @pytest.fixture(scope="module")
 def int8_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    from reweighter.service import BackgroundService
+    """The documented `reweighter serve --precision int8`, in a fresh process, on loopback
+    ports, building its artefact into a fresh cache folder (so the first start is tested)."""
+    from conftest import free_port
 
     cache = tmp_path_factory.mktemp("int8-cache")
-    settings = loopback(device="cpu", precision="int8", precision_cache_dir=str(cache))
-    with BackgroundService(settings) as svc:
+    argv = documented("reweighter serve --precision int8")
+    port = free_port()
+    argv[0] = str(Path(sys.executable).with_name("reweighter"))
+    argv += ["--host", "127.0.0.1", "--http-port", str(port), "--grpc-port", "0",
+             "--precision-cache-dir", str(cache), "--device", "cpu"]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REWEIGHTER_")}
+    log = (cache / "serve.log").open("w+")
+    proc = subprocess.Popen(argv, env={**env, "HF_HUB_OFFLINE": "1"}, stderr=log)
+    url = f"http://127.0.0.1:{port}"
+    try:
         deadline = time.monotonic() + 240
-        while httpx.get(svc.http_url + "/readyz", timeout=5).status_code != 200:
+        while True:
+            assert proc.poll() is None, (cache / "serve.log").read_text()[-2000:]
             assert time.monotonic() < deadline, "the int8 service did not become ready"
+            try:
+                if httpx.get(url + "/readyz", timeout=5).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
             time.sleep(0.2)
-        yield svc.http_url
+        assert list(cache.rglob("model.onnx")), "the artefact was not built where configured"
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()
 
 
 @pytest.mark.slow
@@ -156,7 +188,12 @@ def test_bad_combinations_are_refused(
 
 
 def test_serve_refuses_fp16_on_cpu_naming_the_setting(free_port: int) -> None:
-    env = {**os.environ, "REWEIGHTER_DEVICE": "cpu", "HF_HUB_OFFLINE": "1"}
+    env = {
+        **os.environ,
+        "REWEIGHTER_DEVICE": "cpu",
+        "HF_HUB_OFFLINE": "1",
+        "REWEIGHTER_COMPILE": "off",
+    }
     proc = subprocess.run(
         [sys.executable, "-m", "reweighter", "serve", "--precision", "fp16", "--host",
          "127.0.0.1", "--http-port", str(free_port), "--grpc-port", "0"],
@@ -210,3 +247,26 @@ def test_bf16_on_cpu_meets_the_issue_bounds_or_is_refused(engine) -> None:  # no
             out[method] = np.asarray([g.advantages for g in plain.reweight(req).groups])
     err = changes(ref, vec, adv_ref, adv)
     assert all(err[k] <= b for k, b in ISSUE_BOUNDS.items()), err
+
+
+@pytest.mark.slow
+def test_image_build_step_builds_the_artefact_the_service_finds(tmp_path: Path) -> None:
+    """The Dockerfile's int8 step, as written, in a fresh process: it builds the artefact where
+    REWEIGHTER_PRECISION_CACHE_DIR points, the folder the image's service reads."""
+    root = Path(__file__).resolve().parents[2]
+    dockerfile = (root / "services" / "reweighter" / "Dockerfile").read_text()
+    assert (
+        "ARG PRECISION=auto" in dockerfile
+        and "python -m reweighter.embedding.quantize" in dockerfile
+    )
+    assert "--build-arg PRECISION=int8" in (root / "docs" / "deploy.md").read_text()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REWEIGHTER_")}
+    env.update(HF_HUB_OFFLINE="1", REWEIGHTER_PRECISION_CACHE_DIR=str(tmp_path))
+    proc = subprocess.run(
+        [sys.executable, "-m", "reweighter.embedding.quantize"],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    built = Path(proc.stdout.strip().splitlines()[-1])
+    assert built.is_file() and built.parent.parent == tmp_path
+    assert oct(built.parent.stat().st_mode & 0o777) == "0o755"  # readable by the service user
