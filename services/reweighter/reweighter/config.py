@@ -46,9 +46,9 @@ class Settings(BaseSettings):
     )
     precision: Literal["auto", "fp32", "int8", "fp16", "bf16"] = Field(
         "auto",
-        description="encoder precision: 'auto' = fp32 on CPU, fp16 on CUDA; 'int8' (CPU, needs "
-        "the cpu-int8 extra) is faster and moves similarities by up to ~0.01; 'bf16' on CUDA "
-        "(docs/embedding.md)",
+        description="encoder precision: 'auto' = fp32 on CPU, fp16 on CUDA; 'int8' (CPU, the "
+        "cpu-int8 extra) moves similarities by up to ~0.05; 'bf16' on CUDA or a CPU with "
+        "native bf16 (docs/embedding.md, 'Precision')",
     )
     precision_cache_dir: str | None = Field(
         None,
