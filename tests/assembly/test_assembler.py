@@ -245,11 +245,11 @@ async def test_bounds_answer_overloaded(engine: ReweightEngine) -> None:
 async def test_memory_store_expires_open_rounds_and_results() -> None:
     """Nothing grows without bound: an open round lives until its latest member's deadline
     (each arrival can only extend it), results for the result TTL, on the store's clock."""
-    from reweighter.assembly import Limits
     from reweighter.assembly.records import GroupMeta, MemberRecord, RoundResult
+    from reweighter.limits import AssemblyLimits
 
     now = [0.0]
-    store = MemoryStore(Limits(10, 10, result_ttl_s=2.0), clock=lambda: now[0])
+    store = MemoryStore(AssemblyLimits(10, 10, result_ttl_s=2.0), clock=lambda: now[0])
     meta = GroupMeta(group_size=2, method="dra", params={}, advantages="none", input="completion",
                      dim=None)  # fmt: skip
     rec = MemberRecord(reward=1.0, digest="d", value="text")

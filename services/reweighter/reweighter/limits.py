@@ -1,8 +1,10 @@
-"""Size limits in one place: what the engine enforces (413) and what the transports derive.
+"""Limits in one place: what the engine enforces (413), what the transports derive, and what
+group assembly holds.
 
 The engine checks a request's counts against `Limits` (from Settings); the transports refuse
 bodies above `max_body_bytes` before parsing, so an oversized request costs no parsing. gRPC's
-message limits and the clients' channel options are derived from the same numbers.
+message limits and the clients' channel options are derived from the same numbers. The
+assembly store is bounded by `AssemblyLimits` (503 Overloaded above them).
 """
 
 from __future__ import annotations
@@ -37,6 +39,25 @@ class Limits:
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class AssemblyLimits:
+    """What the assembly store holds at most, across replicas sharing it (a new group or member
+    beyond a bound is refused with a retryable Overloaded), and how long an answered round's
+    result is kept to answer retries."""
+
+    max_open_groups: int
+    max_held_members: int
+    result_ttl_s: float
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> AssemblyLimits:
+        return cls(
+            max_open_groups=settings.assembly_max_open_groups,
+            max_held_members=settings.assembly_max_held_members,
+            result_ttl_s=settings.assembly_result_ttl_s,
+        )
 
 
 def max_body_bytes(settings: Settings) -> int:

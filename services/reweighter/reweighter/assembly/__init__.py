@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ..config import Settings
     from .assembler import AssemblyStats, GroupAssembler
-    from .store import AddOutcome, AssemblyStore, Limits, MemoryStore
+    from .store import AddOutcome, AssemblyStore, MemoryStore
     from .types import MemberReason, MemberResult, MemberSubmission
 
 _WHERE = {
@@ -23,7 +23,6 @@ _WHERE = {
     "GroupAssembler": "assembler",
     "AddOutcome": "store",
     "AssemblyStore": "store",
-    "Limits": "store",
     "MemoryStore": "store",
     "MemberReason": "types",
     "MemberResult": "types",
@@ -39,25 +38,18 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def limits_from(settings: Settings) -> Limits:
-    from .store import Limits
-
-    return Limits(
-        max_open_groups=settings.assembly_max_open_groups,
-        max_held_members=settings.assembly_max_held_members,
-        result_ttl_s=settings.assembly_result_ttl_s,
-    )
-
-
 def make_store(settings: Settings) -> AssemblyStore:
     """Redis when `redis_url` is set (replicas share groups), else this process's memory."""
+    from ..limits import AssemblyLimits
+
+    limits = AssemblyLimits.from_settings(settings)
     if settings.redis_url:
         from .redis_store import RedisStore
 
-        return RedisStore(settings.redis_url, limits_from(settings), settings.assembly_prefix)
+        return RedisStore(settings.redis_url, limits, settings.assembly_prefix)
     from .store import MemoryStore
 
-    return MemoryStore(limits_from(settings))
+    return MemoryStore(limits)
 
 
 __all__ = [
@@ -65,11 +57,9 @@ __all__ = [
     "AssemblyStats",
     "AssemblyStore",
     "GroupAssembler",
-    "Limits",
     "MemberReason",
     "MemberResult",
     "MemberSubmission",
     "MemoryStore",
     "make_store",
-    "limits_from",
 ]

@@ -11,8 +11,9 @@ Keys under `prefix` (one Redis, not Redis Cluster: scripts touch the shared book
 Bookkeeping of expired groups is pruned inside `add` and `counts`, so the bounds heal themselves.
 Values are the canonical JSON of records.py's versioned models.
 
-Every call has a short socket timeout and no retries: when Redis is gone a call fails fast with
-StoreUnavailable, and the assembler turns that into an error or a timeout answer.
+The connection is reweighter.redis_client's (its socket timeout, no retries): when Redis is gone
+a call fails fast with StoreUnavailable, and the assembler turns that into an error or a timeout
+answer.
 """
 
 from __future__ import annotations
@@ -24,8 +25,10 @@ import time
 from typing import Any
 
 from ..errors import StoreUnavailable
+from ..limits import AssemblyLimits
+from ..redis_client import SOCKET_TIMEOUT_S, async_client
 from .records import GroupMeta, MemberRecord, OpenRound, RoundResult
-from .store import AddOutcome, AssemblyStore, Limits, OnDone
+from .store import AddOutcome, AssemblyStore, OnDone
 
 log = logging.getLogger(__name__)
 
@@ -136,29 +139,17 @@ class RedisStore(AssemblyStore):
     def __init__(
         self,
         url: str,
-        limits: Limits,
+        limits: AssemblyLimits,
         prefix: str = "reweighter:asm:",
         *,
-        socket_timeout_s: float = 2.0,
-        max_connections: int = 32,
+        socket_timeout_s: float = SOCKET_TIMEOUT_S,
     ) -> None:
-        import redis.asyncio as aioredis
-
         self.limits = limits
         self.prefix = prefix
         self.channel = f"{prefix}done"
-        # A bounded pool: a burst of arrivals queues for a connection instead of opening
-        # hundreds at once (a connect storm is what times out first under load).
-        pool = aioredis.BlockingConnectionPool.from_url(
-            url,
-            max_connections=max_connections,
-            timeout=None,  # waiting for a connection is bounded by the member's deadline
-            socket_timeout=socket_timeout_s,
-            socket_connect_timeout=socket_timeout_s,
-            retry_on_timeout=False,
-            decode_responses=True,
-        )
-        self._redis = aioredis.Redis(connection_pool=pool)
+        # the defaults of reweighter.redis_client (bounded pool, no retries); every wait here
+        # is also bounded by the member's deadline. Text replies: records are JSON.
+        self._redis = async_client(url, socket_timeout_s=socket_timeout_s, decode_responses=True)
         self._add = self._redis.register_script(_ADD)
         self._finish = self._redis.register_script(_FINISH)
         self._counts = self._redis.register_script(_COUNTS)

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
+from ..limits import AssemblyLimits
 from .records import GroupMeta, MemberRecord, OpenRound, RoundResult
 
 Outcome = Literal["added", "exists", "done", "precondition", "full", "overloaded"]
@@ -38,13 +39,6 @@ class AddOutcome:
     result: RoundResult | None = None
     meta: GroupMeta | None = None
     bound: str = ""
-
-
-@dataclass(frozen=True)
-class Limits:
-    max_open_groups: int
-    max_held_members: int
-    result_ttl_s: float
 
 
 OnDone = Callable[[str, int], None]
@@ -128,7 +122,7 @@ class MemoryStore(AssemblyStore):
 
     remote = False
 
-    def __init__(self, limits: Limits, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, limits: AssemblyLimits, clock: Callable[[], float] = time.monotonic) -> None:
         self.limits = limits
         self._clock = clock
         self._open: dict[str, _Open] = {}

@@ -111,23 +111,17 @@ class RedisCache(EmbeddingCache):
         ttl_s: int,
         prefix: str = "reweighter:emb:",
         *,
+        # below reweighter.redis_client's default: a miss is served by computing, so a
+        # reply later than a quarter second costs the request more than it saves
         socket_timeout_s: float = 0.25,
         retry_after_s: float = 1.0,
     ) -> None:
-        import redis
-        from redis.backoff import NoBackoff
-        from redis.retry import Retry
+        from reweighter.redis_client import sync_client
 
         if ttl_s <= 0:
             raise ValueError("ttl_s must be positive")
         self.url, self.ttl_s, self.prefix = url, ttl_s, prefix
-        self._client = redis.Redis.from_url(
-            url,
-            socket_timeout=socket_timeout_s,
-            socket_connect_timeout=socket_timeout_s,
-            retry=Retry(NoBackoff(), 0),  # the request is served by computing, not by waiting
-            health_check_interval=0,
-        )
+        self._client = sync_client(url, socket_timeout_s=socket_timeout_s)
         self._retry_after_s = retry_after_s
         self._backoff_s = retry_after_s
         self._skip_until = 0.0
