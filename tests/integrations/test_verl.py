@@ -275,3 +275,27 @@ async def test_wrong_group_size_is_a_warning_in_verls_log(
     assert uids == ["uid-short0", "uid-short0", "uid-short1", "uid-short1"]  # 2 workers
     assert all("short with 3 of 4 members" in r.getMessage() for r in warnings)
     assert all("reward.reweighter.group_size" in r.getMessage() for r in warnings)
+
+
+async def test_an_extra_sample_opens_round_one_and_never_joins_the_answered_group(
+    engine, tokenizer, tmp_path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """rollout.n says 2 but 3 samples of one uid come: the first two are reweighted together
+    (round 0); the third, arriving after that answer, is in round 1 (never mixed into the
+    answered group), keeps its raw reward, and verl's log says round 1 was answered short."""
+    batch = make_batch(tokenizer, prompts=1, n=3, seed=2, tag="extra")
+    config = verl_config(tmp_path, 2, timeout_s=2)
+    with LocalClient(engine) as members, caplog.at_level("WARNING"):
+        first = await run_two_workers(config, batch[:2], members)
+        worker = RewardLoopWorker(config)
+        worker.reward_manager._backend = members
+        late = await worker.compute_score_batch(batch[2][2])
+    want = expected(engine, batch[:2], tokenizer)  # the group of exactly the first two
+    for (_, _, d), o in zip(batch[:2], first, strict=True):
+        assert o["reward_extra_info"]["reweighter_complete"] == 1.0
+        assert o["reward_score"] == pytest.approx(want[decoded(tokenizer, d)], abs=1e-6)
+    (o,) = late
+    assert o["reward_extra_info"]["reweighter_complete"] == 0.0
+    assert o["reward_score"] == o["reward_extra_info"]["reweighter_raw"]
+    (warning,) = [r for r in caplog.records if r.name == "reweighter.integrations.verl"]
+    assert "(round 1) was answered short with 1 of 2 members" in warning.getMessage()
