@@ -94,9 +94,17 @@ async def _sender(kind: str, url: str, target: str):  # noqa: ANN202 - (send, cl
                                  limits=httpx.Limits(max_connections=None))  # fmt: skip
 
         async def send(gid: str, mid: str, r: float, vec: list[float]) -> bool:
-            resp = await pool.post(f"/v1/groups/{gid}/members", content=_raw_body(mid, r, vec),
-                                   headers={"content-type": "application/json"})  # fmt: skip
-            return bool(resp.json()["complete"])
+            for attempt in range(3):  # a kept-alive connection the server closed: send again
+                try:
+                    resp = await pool.post(
+                        f"/v1/groups/{gid}/members", content=_raw_body(mid, r, vec),
+                        headers={"content-type": "application/json"},
+                    )  # fmt: skip
+                    return bool(resp.json()["complete"])
+                except httpx.TransportError:
+                    if attempt == 2:
+                        raise
+            return False
 
         return send, pool.aclose
     if kind == "aiohttp-raw":
