@@ -302,3 +302,16 @@ def test_gate_numbers_by_hand() -> None:
     assert not got["passed"] and got["distinct_correct_per_prompt"] == pytest.approx(1.0)
     many = summarise(prompts * 4)
     assert many["similarity_gap_ci95"] == pytest.approx((1.0, 1.0)) and many["passed"]
+
+
+@pytest.mark.parametrize("module", ["reweighter_trainer.gate", "reweighter_trainer.experiment"])
+def test_documented_entry_points_start_in_a_fresh_process(module: str) -> None:
+    """The commands EXPERIMENTS.md gives (`python -m ... --help`; the runs themselves are hours of
+    CPU and are not part of the suite)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True,
+                          text=True, timeout=120, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    assert "--out" in proc.stdout
