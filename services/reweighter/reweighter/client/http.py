@@ -110,7 +110,8 @@ class AsyncReweighterClient(AsyncClientBase):
 
     async def ready(self) -> bool:
         try:
-            async with self._session().get(self.base_url + "/readyz") as response:
+            probe = self._timeout(min(self.timeout, CONNECT_TIMEOUT_S))  # a probe, not a call
+            async with self._session().get(self.base_url + "/readyz", timeout=probe) as response:
                 return response.status == 200
         except (aiohttp.ClientError, TimeoutError):
             return False
