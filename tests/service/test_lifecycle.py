@@ -4,8 +4,10 @@ SIGTERM lets in-flight requests finish, flags override the environment."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 import signal
+import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -127,6 +129,48 @@ def test_sigterm_lets_in_flight_requests_finish(engine: ReweightEngine) -> None:
             want = engine.reweight(request).groups[0]
             assert result.groups[0].rewards == pytest.approx(want.rewards, abs=1e-4)
             assert result.groups[0].advantages == pytest.approx(want.advantages, abs=1e-3)
+
+
+def _one_shot_upstream(listener: socket.socket, closed: threading.Event) -> None:
+    """An OpenRLHF-protocol reward server for one request on one kept-alive connection; sets
+    `closed` when the caller closes that connection."""
+    conn, _ = listener.accept()
+    with conn:
+        conn.settimeout(60)
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += conn.recv(65536)
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = re.search(rb"content-length: *(\d+)", head, re.IGNORECASE)
+        assert length is not None
+        while len(body) < int(length.group(1)):
+            body += conn.recv(65536)
+        reply = b'{"rewards": [1.0]}'
+        conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                     b"content-length: %d\r\n\r\n%s" % (len(reply), reply))  # fmt: skip
+        with contextlib.suppress(OSError):
+            if conn.recv(1) == b"":
+                closed.set()
+
+
+def test_stop_closes_the_openrlhf_upstream_connection(engine: ReweightEngine) -> None:
+    """uvicorn runs without its lifespan (the Service stops both transports), so the Service
+    runs the app's shutdown itself: the OpenRLHF route's pooled connection to its upstream reward
+    server is closed by a graceful stop, not left open until the process exits."""
+    closed = threading.Event()
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+        threading.Thread(target=_one_shot_upstream, args=(listener, closed), daemon=True).start()
+        settings = loopback(openrlhf_upstream_url=f"http://127.0.0.1:{port}/score", openrlhf_n=1)
+        svc = BackgroundService(settings, engine).start()
+        try:
+            body = {"query": ["q"], "prompts": ["p"], "labels": ["l"]}
+            r = httpx.post(f"{svc.http_url}/v1/openrlhf/reward", json=body, timeout=30)
+            assert r.status_code == 200 and r.json()["rewards"] == [1.0], r.text
+            assert not closed.wait(0.5)  # pooled while the service runs
+        finally:
+            svc.stop()
+        assert closed.wait(10), "the upstream connection outlived the service's stop"
 
 
 def test_flags_override_environment(monkeypatch: pytest.MonkeyPatch) -> None:

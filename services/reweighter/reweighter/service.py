@@ -91,6 +91,11 @@ class Service:
         await self.assembler.start()
         self.metrics.watch_assembly(self.assembler)
         self.app = create_app(self.draining, s, metrics=self.metrics, assembler=self.assembler)
+        # uvicorn runs with lifespan="off" (the Service starts and stops both transports), so
+        # the app's lifespan runs here: its shutdown releases what routes hold (the OpenRLHF
+        # route's upstream connection pool) once the HTTP server has closed, see stop()
+        self._app_lifespan = self.app.router.lifespan_context(self.app)
+        await self._app_lifespan.__aenter__()
         self.grpc = create_grpc_server(
             self.draining, s, metrics=self.metrics, assembler=self.assembler
         )
@@ -155,7 +160,8 @@ class Service:
         return self._exit_code
 
     async def stop(self, grace: float = 30.0) -> None:
-        """Stop accepting, let in-flight requests finish (up to `grace` s), release the engine.
+        """Stop accepting, let in-flight requests finish (up to `grace` s), run the HTTP app's
+        shutdown handlers, release the engine.
 
         Just before `grace` runs out, calls still running are answered NotReady (503 /
         UNAVAILABLE, retryable) and their encoder work dropped, so the servers can close
@@ -171,6 +177,10 @@ class Service:
             self.grpc.stop(grace), self._tasks[0], self.assembler.aclose(), return_exceptions=True
         )
         drain.cancel()
+        try:
+            await self._app_lifespan.__aexit__(None, None, None)
+        except Exception:
+            log.exception("the HTTP app's shutdown handlers failed")
         for task in self._tasks[1:]:
             if not task.done():
                 task.cancel()
