@@ -47,22 +47,28 @@ def test_trailing_means_and_first_step_by_hand() -> None:
 
 
 def test_seed_ratio_by_hand() -> None:
-    # GRPO: 0.2 at step 1, +0.01 a step for 30 steps, flat at 0.5 after: its trailing mean peaks
-    # at 0.5 once steps 31-40 are all 0.5, at step 40 (window 31-40).
+    # GRPO: 0.2 at step 1, +0.01 a step for 30 steps, flat at 0.5 after: its trailing peak is
+    # 0.5; the target is 0.5 - sqrt(0.25 / 80) = 0.44410 (one standard error below).
+    # GRPO's window ending at step t <= 30 has mean 0.2 + 0.01 (t - 5.5): 0.435 at 29, 0.445 at
+    # 30 -> S_grpo = 30.
     grpo = ramp(0.2, 0.5, 30)
-    # MMR: the same climb in 15 steps; its window 16-25 is all 0.5: step 25.
+    # MMR: the same climb in 15 steps. Window 9-18: 0.2 * 7 + 0.02 * (8 + ... + 14) + 3 * 0.5
+    # = 4.44 -> 0.444 < 0.44410; window 10-19: 1.2 + 0.02 * 69 + 2.0 = 4.58 -> 0.458: step 19.
     mmr = ramp(0.2, 0.5, 15)
     r = seed_ratio(grpo, mmr)
-    assert r["target"] == pytest.approx(0.5)
-    assert (r["steps_grpo"], r["steps_mmr"]) == (40, 25)
-    assert r["ratio"] == pytest.approx(25 / 40) and r["informative"]
+    assert r["peak"] == pytest.approx(0.5)
+    assert r["target"] == pytest.approx(0.5 - math.sqrt(0.25 / 80))
+    assert (r["steps_grpo"], r["steps_mmr"]) == (30, 19)
+    assert r["ratio"] == pytest.approx(19 / 30) and r["informative"]
     # first window (steps 1-10): 0.2 + 0.01 * mean(0..9) = 0.245; gain 0.255 >= 0.10
     assert r["grpo_gain"] == pytest.approx(0.255)
+    literal = seed_ratio(grpo, mmr, target_se=0.0)  # the peak itself: steps 40 and 25
+    assert (literal["steps_grpo"], literal["steps_mmr"]) == (40, 25)
     never = seed_ratio(grpo, [0.2] * 40)
     assert never["steps_mmr"] is None and never["ratio"] == math.inf
     flat = seed_ratio([0.3] * 40, mmr)  # GRPO never learned: this seed cannot inform
-    # MMR's windows: steps 1-10 0.2 + 0.02 * 4.5 = 0.29, steps 2-11 0.31 >= 0.3: step 11
-    assert not flat["informative"] and flat["ratio"] == pytest.approx(11 / 10)
+    # target 0.3 - sqrt(0.21 / 80) = 0.2488; MMR's window 1-10 is 0.2 + 0.02 * 4.5 = 0.29
+    assert not flat["informative"] and flat["ratio"] == pytest.approx(10 / 10)
     assert seed_ratio(grpo[:5], mmr[:5])["informative"] is False  # fewer steps than a window
 
 
@@ -73,12 +79,14 @@ def _seeds(ratios: list[float], informative: bool = True) -> dict[int, dict]:
 @pytest.mark.parametrize(
     ("ratios", "verdict"),
     [
-        ([0.5, 0.6, 0.55, 0.7, 0.9, 0.4], "confirmed"),  # all < 1, median 0.575
+        ([0.5, 0.6, 0.55, 0.7, 0.9, 0.4], "confirmed"),  # median 0.575, all < 1
         ([0.5, 0.6, 0.55, 0.7, 0.9], "confirmed"),  # five seeds suffice
-        ([0.5, 0.6, 0.55, 0.7, 1.0, 0.4], "inconclusive"),  # one seed not faster
-        ([0.8, 0.9, 0.95, 0.85, 0.8, 0.78], "refuted"),  # faster, but never about 2x
-        ([1.0, 1.2, math.inf, 0.7, 1.1, 0.9], "refuted"),  # one seed at <= 0.75
-        ([0.7, 0.74, 1.2, 1.1, 1.3, 0.9], "inconclusive"),  # two fast seeds, the rest slower
+        ([0.5, 0.6, 0.55, 0.7, 1.0, 0.4], "confirmed"),  # one seed not faster is allowed
+        ([0.5, 0.6, 0.55, 1.2, 0.9, 0.4], "confirmed"),  # median 0.575, one slower
+        ([0.5, 0.6, 0.55, 1.2, math.inf, 0.4], "inconclusive"),  # two not faster
+        ([0.8, 0.9, 0.95, 0.85, 0.8, 0.78], "inconclusive"),  # median 0.825
+        ([1.0, 1.2, math.inf, 0.7, 1.1, 0.9], "refuted"),  # median 1.05
+        ([0.95, 0.97, 1.0, 0.6, 0.5, 1.3], "refuted"),  # median 0.96
         ([0.5, 0.5, 0.5, 0.5], "inconclusive"),  # four seeds: too few
     ],
 )
@@ -117,7 +125,7 @@ def test_decision_on_synthetic_logs() -> None:
     d = decision(_runs([30] * 6, [15, 12, 20, 10, 18, 14]))
     assert d["verdict"] == "confirmed" and d["informative_seeds"] == 6
     assert set(d) >= {"verdict", "rule", "per_seed", "secondary"}
-    assert d["per_seed"]["0"]["steps_grpo"] == 40 and d["per_seed"]["0"]["steps_mmr"] == 25
+    assert d["per_seed"]["0"]["steps_grpo"] == 30 and d["per_seed"]["0"]["steps_mmr"] == 19
     sec = d["secondary"]["sample_accuracy"]
     assert sec["wins"] == 6 and sec["mean"] == pytest.approx(0.05)
     assert d["secondary"]["pass_at_k"]["ties"] == 6
@@ -249,8 +257,8 @@ def test_collect_only_writes_the_decision_and_its_plots(tmp_path: Path) -> None:
     assert main(argv) == 0
     results = json.loads((tmp_path / "results.json").read_text())
     d = results["decision"]
-    # Five seeds at ratio <= 0.625, one never: not faster on every seed -> inconclusive.
-    assert d["verdict"] == "inconclusive" and d["rule"].startswith("Per seed s")
+    # Five seeds well under 1, one never (the one seed allowed not to be faster): confirmed.
+    assert d["verdict"] == "confirmed" and d["rule"].startswith("Per seed s")
     assert d["per_seed"]["5"]["mmr_never_reached"] and d["informative_seeds"] == 6
     assert "dra_offline" not in results  # no GRPO group logs to check DRA on
     names = {p.name for p in plot(tmp_path)}
@@ -315,3 +323,18 @@ def test_documented_entry_points_start_in_a_fresh_process(module: str) -> None:
                           text=True, timeout=120, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     assert "--out" in proc.stdout
+
+
+def test_the_rules_operating_characteristics() -> None:
+    """What EXPERIMENTS.md quotes: with no effect the rule almost never confirms; with the
+    paper's 2x speed-up and a GRPO still climbing at step 40 it almost always does."""
+    from reweighter_trainer.decision import main, operating_characteristics
+
+    rows = {(r["top"], r["ramp"], r["speed"]): r for r in operating_characteristics(60)}
+    assert rows == {(r["top"], r["ramp"], r["speed"]): r for r in operating_characteristics(60)}
+    assert all(r["confirmed"] <= 0.05 for k, r in rows.items() if k[2] == 1.0)
+    assert all(r["refuted"] >= 0.5 for k, r in rows.items() if k[2] == 1.0)
+    assert rows[(0.7, 40, 0.52)]["confirmed"] >= 0.85
+    assert all(abs(sum(r[v] for v in ("confirmed", "refuted", "inconclusive")) - 1) < 1e-9
+               for r in rows.values())
+    assert main(["--simulate", "5"]) == 0 and main([]) == 2

@@ -14,7 +14,18 @@ from typing import Any
 
 import numpy as np
 
-from .metrics import CLAIM, MIN_GAIN, RULE, WINDOW, decide, paired, seed_ratio
+from .metrics import (
+    CLAIM,
+    GROUP,
+    MIN_GAIN,
+    REFUTE,
+    RULE,
+    TARGET_SE,
+    WINDOW,
+    decide,
+    paired,
+    seed_ratio,
+)
 
 SECONDARY = ("sample_accuracy", "pass_at_k", "distinct_correct")
 DRA_SAME = 0.05
@@ -42,7 +53,8 @@ def decision(runs: list[dict[str, Any]], base: str = "grpo", arm: str = "mmr") -
     return {
         "verdict": verdict,
         "rule": RULE,
-        "constants": {"window": WINDOW, "min_gain": MIN_GAIN, "claim": CLAIM, "min_seeds": 5},
+        "constants": {"window": WINDOW, "group": GROUP, "target_se": TARGET_SE,
+                      "min_gain": MIN_GAIN, "claim": CLAIM, "refute": REFUTE, "min_seeds": 5},
         "arms": [base, arm],
         "per_seed": {str(s): v for s, v in per_seed.items()},
         "informative_seeds": sum(1 for v in per_seed.values() if v.get("informative")),
@@ -75,3 +87,53 @@ def dra_offline(groups: Iterable[dict[str, Any]], reweight) -> dict[str, Any]:
         "threshold": DRA_SAME,
         "dra_is_grpo": med < DRA_SAME,
     }
+
+
+SCENARIOS = [(top, ramp, speed) for top in (0.5, 0.7) for ramp in (20, 30, 40)
+             for speed in (1.0, 0.8, 0.52)]
+"""Simulated training: accuracy climbs linearly from 0.24 (the gate) to `top` in `ramp` steps
+for GRPO and in ramp * speed steps for MMR (0.52: the paper's claim), then stays; each step's
+accuracy is Binomial(8, p) / 8."""
+
+
+def operating_characteristics(n: int = 300, seeds: int = 6, steps: int = 40, start: float = 0.24,
+                              seed: int = 0) -> list[dict[str, Any]]:
+    """How often RULE says each verdict in each scenario: P(confirmed | no effect), power, ..."""
+    rng = np.random.default_rng(seed)
+
+    def curve(top: float, ramp: float) -> list[float]:
+        p = start + (top - start) * np.minimum(np.arange(steps) / max(ramp, 1.0), 1.0)
+        return (rng.binomial(GROUP, p) / GROUP).tolist()
+
+    rows = []
+    for top, ramp, speed in SCENARIOS:
+        counts = {"confirmed": 0, "refuted": 0, "inconclusive": 0}
+        for _ in range(n):
+            per = {s: seed_ratio(curve(top, ramp), curve(top, ramp * speed))
+                   for s in range(seeds)}
+            counts[decide(per)] += 1
+        rows.append({"top": top, "ramp": ramp, "speed": speed,
+                     **{k: v / n for k, v in counts.items()}})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m reweighter_trainer.decision --simulate [N]`: the rule's operating
+    characteristics as a markdown table (EXPERIMENTS.md quotes it)."""
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] != "--simulate":
+        print("usage: python -m reweighter_trainer.decision --simulate [N experiments per row]")
+        return 2
+    n = int(args[1]) if len(args) > 1 else 300
+    print("| GRPO reaches | in steps | MMR speed | confirmed | refuted | inconclusive |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for r in operating_characteristics(n):
+        print(f"| {r['top']} | {r['ramp']} | x{r['speed']} | {r['confirmed']:.2f} | "
+              f"{r['refuted']:.2f} | {r['inconclusive']:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -88,21 +88,32 @@ def steps_to_target(curve: Sequence[float], target: float, window: int = 3) -> i
 WINDOW = 10
 """Training accuracy is judged on trailing 10-step means (80 completions): one step's 8 are
 too few."""
+GROUP = 8
+"""Completions per step (one prompt's group)."""
+TARGET_SE = 1.0
+"""The target is GRPO's peak trailing mean less this many standard errors of a window mean
+(sqrt(p(1-p) / (WINDOW * GROUP)), 0.056 at p = 0.5). The peak itself is the maximum of ~30 noisy
+window means: once GRPO plateaus, the step it is first reached is set by noise, for either arm
+(simulated in decision.operating_characteristics; 0 gives the literal peak)."""
 MIN_GAIN = 0.10
 """A seed informs the comparison only if GRPO learned on it: its peak trailing mean is at least
 this far above its first full window."""
-CLAIM = 0.75
-"""The ratio that separates "about half the steps" (the paper: 0.52) from "no faster" (1)."""
+CLAIM = 0.80
+"""Confirmed needs the median ratio at or below this (the paper: 0.52; simulated medians under
+a true 2x speed-up 0.64-0.73, under no effect 0.97-1.0)."""
+REFUTE = 0.95
+"""Refuted needs the median ratio at or above this."""
 
 RULE = (
-    "Per seed s: target = GRPO's peak trailing-10-step training accuracy; S_grpo = first step "
-    "GRPO's trailing-10 mean reaches it, S_mmr = first step MMR's does (never within the "
-    "budget: ratio +inf); ratio_s = S_mmr / S_grpo. A seed is informative when GRPO's peak is "
-    ">= 0.10 above its first full window (steps 1-10). Fewer than 5 informative seeds: "
-    "inconclusive. Otherwise: confirmed if ratio < 1 on every informative seed and the median "
-    "ratio <= 0.75 (one-sided sign test p <= 1/2^n); refuted if at most one informative seed "
-    "has ratio <= 0.75; else inconclusive. Secondary metrics (paired held-out sample "
-    "accuracy, pass@8, distinct correct answers per prompt) are reported, not voted."
+    "Per seed s: target = GRPO's peak trailing-10-step training accuracy less one standard "
+    "error of a 10-step mean (sqrt(p(1-p)/80)); S_grpo = first step GRPO's trailing-10 mean "
+    "reaches the target, S_mmr = first step MMR's does (never within the budget: ratio +inf); "
+    "ratio_s = S_mmr / S_grpo. A seed is informative when GRPO's peak is >= 0.10 above its "
+    "first full window (steps 1-10). Fewer than 5 informative seeds: inconclusive. Otherwise: "
+    "confirmed if the median ratio <= 0.80 and ratio < 1 on all informative seeds but at most "
+    "one; refuted if the median ratio >= 0.95; else inconclusive. Secondary metrics (paired "
+    "held-out sample accuracy, pass@8, distinct correct answers per prompt) are reported, not "
+    "voted."
 )
 
 
@@ -124,16 +135,19 @@ def first_step_reaching(curve: Sequence[float], level: float, window: int = WIND
 
 
 def seed_ratio(grpo: Sequence[float], mmr: Sequence[float], window: int = WINDOW,
-               min_gain: float = MIN_GAIN) -> dict:
+               min_gain: float = MIN_GAIN, target_se: float = TARGET_SE,
+               group: int = GROUP) -> dict:
     """One seed's primary metric from the two arms' per-step training accuracy."""
     tg = trailing(grpo, window)
     if not tg or len(trailing(mmr, window)) == 0:
         return {"informative": False, "reason": f"fewer than {window} steps", "ratio": None}
-    target = max(tg)
+    peak = max(tg)
+    target = peak - target_se * float(np.sqrt(peak * (1 - peak) / (window * group)))
     s_grpo = first_step_reaching(grpo, target, window)
     s_mmr = first_step_reaching(mmr, target, window)
-    gain = target - tg[0]
+    gain = peak - tg[0]
     return {
+        "peak": peak,
         "target": target,
         "grpo_gain": gain,
         "informative": gain >= min_gain - 1e-12,
@@ -143,14 +157,16 @@ def seed_ratio(grpo: Sequence[float], mmr: Sequence[float], window: int = WINDOW
     }
 
 
-def decide(per_seed: dict[int, dict], claim: float = CLAIM, min_seeds: int = 5) -> str:
+def decide(per_seed: dict[int, dict], claim: float = CLAIM, refute: float = REFUTE,
+           min_seeds: int = 5) -> str:
     """The verdict of RULE over `seed_ratio` results: confirmed, refuted or inconclusive."""
     ratios = [r["ratio"] for r in per_seed.values() if r.get("informative")]
     if len(ratios) < min_seeds:
         return "inconclusive"
-    if all(r < 1 for r in ratios) and float(np.median(ratios)) <= claim:
+    median = float(np.median(ratios))
+    if median <= claim and sum(r >= 1 for r in ratios) <= 1:
         return "confirmed"
-    if sum(r <= claim for r in ratios) <= 1:
+    if median >= refute:
         return "refuted"
     return "inconclusive"
 
