@@ -1,14 +1,17 @@
 """GRPO vs DRA vs MMR on one policy, task, budget and seed set; writes OUT/results.json.
 
-    python -m reweighter_trainer.experiment --config trainer/configs/smollm2-cpu.yaml \\
-        --out experiments/run --url http://127.0.0.1:8080 --seeds 0 --steps 4
+    python -m reweighter_trainer.experiment --config trainer/configs/smollm2-pickone.yaml \\
+        --out experiments/run --url http://127.0.0.1:8080 --methods grpo,mmr --seeds 0 --steps 4
 
 Every (method, seed) trains the same config with the same seed, data order and step budget; only
 `reweighter.method` differs ("grpo" is the service's `none`: rewards unchanged, similarity still
-measured). After training, the policy is evaluated on held-out prompts: greedy accuracy, pass@k
-from n samples, distinct correct solutions and within-group similarity (embeddings from the
-same service). One JSON per run lands in OUT/runs/ as it finishes, so an interrupted experiment
-resumes where it stopped.
+measured). Each step's training accuracy (the task's checker, not the reward) and every group
+are recorded (OUT/runs/<method>-<seed>.groups.jsonl). After training, the policy is evaluated
+on held-out prompts: greedy accuracy, pass@k from n samples, distinct correct answers (exact
+where the task has several, else embedding clusters) and within-group similarity (embeddings
+from the same service). One JSON per run lands in OUT/runs/ as it finishes, so an interrupted
+experiment resumes where it stopped. With GRPO and MMR runs, results.json carries the
+pre-registered "decision" (decision.py, metrics.RULE); with GRPO group logs, "dra_offline".
 """
 
 from __future__ import annotations
