@@ -5,8 +5,9 @@ Why this shape: verl and OpenRLHF hand a reward one sample at a time, but DRA an
 whole group. The assembler only orchestrates: the member is judged by the engine's
 `check_member`, the numbers come from the engine (`areweight`, for incomplete rounds too), and
 all state lives behind `AssemblyStore` (in process, or Redis for replicas) as the typed records
-of records.py. Waiting is one asyncio future per member plus one watcher task per round on this
-replica: tens of thousands of waiters cost no threads.
+of records.py; what a member gets at its deadline is deadlines.py's. Waiting is one asyncio
+future per member plus one watcher task per round on this replica: tens of thousands of waiters
+cost no threads.
 
 Rounds: a member never joins a round that has been answered. A round ends when it is whole
 (reweighted) or at the first deadline of its members (closed short: every member present gets
@@ -22,14 +23,12 @@ import contextlib
 import itertools
 import logging
 import uuid
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import numpy as np
-
 from ..config import Settings
-from ..engine.checks import CheckedMember, check_member
+from ..engine.checks import check_member
 from ..errors import (
     Conflict,
     InvalidInput,
@@ -39,18 +38,17 @@ from ..errors import (
     StoreUnavailable,
 )
 from ..limits import Limits
-from ..types import AdvantageKind, Group, Method, ReweightRequest
-from .records import GroupMeta, MemberRecord, OpenRound, RoundResult, encode
+from ..types import Group, ReweightRequest
+from .deadlines import CLAIM_TTL_S, GRACE_S, Deadlines, bounded
+from .records import GroupMeta, Member, RoundResult, encode
 from .store import AssemblyStore
-from .types import MemberReason, MemberResult, MemberSubmission
+from .types import MemberResult, MemberSubmission
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-_CLAIM_TTL_S = 60.0  # a replica that dies mid-compute blocks its group at most this long
 _POLL_MAX_S = 1.0  # polling backoff cap (Redis store, or after a failed compute or claim)
-_GRACE_S = 1.0  # after a deadline: the store reads and the close of a short round
 _OPEN_MARGIN_S = 5.0  # an open round outlives its latest deadline by this (no waiter left)
 _FILL_PERIOD_S = 1.0  # how often the store's fill is read for /metrics
 
@@ -70,23 +68,6 @@ class AssemblyStats:
     group (409); late: a member after its round was answered, opening the next (WARNING)."""
     store_groups: int = 0  # open groups in the whole store (all replicas with Redis)
     store_members: int = 0  # members held in them
-
-
-@dataclass(frozen=True)
-class _Member:
-    """A checked member in the store's records."""
-
-    checked: CheckedMember
-    meta: GroupMeta
-    record: MemberRecord
-
-    @property
-    def gid(self) -> str:
-        return self.checked.group_id
-
-    @property
-    def mid(self) -> str:
-        return self.checked.member_id
 
 
 class _Watch:
@@ -112,6 +93,7 @@ class GroupAssembler:
         self.stats = AssemblyStats()
         self._replica = uuid.uuid4().hex
         self._claims = itertools.count()  # claim tokens: this replica's id and a serial
+        self._deadlines = Deadlines(store, engine, self._token)
         self._watches: dict[tuple[str, int], _Watch] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._waiting = 0
@@ -147,6 +129,9 @@ class GroupAssembler:
         for task in list(self._tasks):
             task.cancel()
         await self.store.aclose()
+
+    def _token(self) -> str:
+        return f"{self._replica}:{next(self._claims)}"
 
     def _spawn(self, coro: Awaitable[T], name: str) -> asyncio.Task[T]:
         task = asyncio.ensure_future(coro)
@@ -184,18 +169,17 @@ class GroupAssembler:
             default_timeout_s=s.assembly_timeout_s,
             max_timeout_s=s.assembly_max_timeout_s,
         )
-        m = _Member(checked, *encode(checked))
+        m = encode(checked)
         size = m.checked.group_size
         loop = asyncio.get_running_loop()
         deadline = loop.time() + m.checked.timeout_s
         if self._waiting >= s.assembly_max_held_members:
             raise Overloaded(f"{self._waiting} members are already waiting here; retry later")
-        ttl = m.checked.timeout_s + _GRACE_S + _OPEN_MARGIN_S
+        ttl = m.checked.timeout_s + GRACE_S + _OPEN_MARGIN_S
         after, answered = -1, None
         while True:  # at most three calls: its own answered round, the latest, the open one
-            out = await self._bounded(
-                self.store.add(m.gid, m.mid, m.meta, m.record, size, ttl, after), deadline
-            )
+            add = self.store.add(m.gid, m.mid, m.meta, m.record, size, ttl, after)
+            out = await bounded(self.store, add, deadline)
             if out.kind != "done":
                 break
             assert out.result is not None
@@ -223,7 +207,7 @@ class GroupAssembler:
         self.stats.members += 1
         return await self._wait(m, out.round, out.count, deadline)
 
-    async def _wait(self, m: _Member, rnd: int, count: int, deadline: float) -> MemberResult:
+    async def _wait(self, m: Member, rnd: int, count: int, deadline: float) -> MemberResult:
         key = (m.gid, rnd)
         watch = self._watches.get(key)
         if watch is None:
@@ -239,7 +223,13 @@ class GroupAssembler:
                 async with asyncio.timeout_at(deadline):
                     result = await asyncio.shield(watch.done)
             except TimeoutError:
-                return await self._at_deadline(m, rnd, watch, deadline + _GRACE_S)
+                late = await self._deadlines.answer(
+                    m, rnd, watch.done, watch.local, deadline + GRACE_S
+                )
+                if isinstance(late, MemberResult):
+                    self.stats.timeouts += 1
+                    return late
+                result = late
             return self._answer(result, m)
         finally:
             watch.waiters -= 1
@@ -286,8 +276,8 @@ class GroupAssembler:
     async def _compute_once(self, gid: str, rnd: int, size: int) -> RoundResult | None:
         """Reweight the round unless another replica has claimed it; survives our waiters
         leaving (shielded), so a claimed round is always finished or released."""
-        token = f"{self._replica}:{next(self._claims)}"
-        if not await self.store.claim(gid, token, _CLAIM_TTL_S):
+        token = self._token()
+        if not await self.store.claim(gid, token, CLAIM_TTL_S):
             return None
         compute = self._compute(gid, rnd, size, token)
         return await asyncio.shield(self._spawn(compute, f"asm-c:{gid}"))
@@ -297,34 +287,17 @@ class GroupAssembler:
             group = await self.store.members(gid)
             if group is None or group.round != rnd or len(group.members) < size:
                 return None  # expired or closed under us
-            ids = sorted(group.members)
-            recs = [group.members[i] for i in ids]
+            _, records = group.ordered()
             meta = group.meta
-            values = [r.value for r in recs]
-            rewards = [r.reward for r in recs]
-            request = ReweightRequest(
-                [
-                    Group(rewards=rewards, completions=values, id=gid)
-                    if meta.input == "completion"
-                    else Group(rewards=rewards, embeddings=values, id=gid)
-                ],
-                meta.method,
-                meta.params,
-                meta.advantages,
+            values, rewards = [r.value for r in records], [r.reward for r in records]
+            one = (
+                Group(rewards=rewards, completions=values, id=gid)
+                if meta.input == "completion"
+                else Group(rewards=rewards, embeddings=values, id=gid)
             )
+            request = ReweightRequest([one], meta.method, meta.params, meta.advantages)
             out = (await self.engine.areweight(request)).groups[0]
-            result = RoundResult(
-                round=rnd,
-                meta=meta,
-                complete=True,
-                ids=ids,
-                raw=rewards,
-                digests=[r.digest for r in recs],
-                rewards=out.rewards,
-                advantages=out.advantages,
-                mean_similarity=out.stats.mean_similarity,
-                lambda_=out.stats.lambda_,
-            )
+            result = group.result(out.rewards, out.advantages, out.stats)
             stored = await self.store.finish(gid, result)
             if stored is not None:
                 self.stats.groups_computed += 1
@@ -333,109 +306,9 @@ class GroupAssembler:
             with contextlib.suppress(Exception):  # after finish: a no-op (the claim is gone)
                 await self.store.release(gid, token)
 
-    # -- deadlines -------------------------------------------------------------------------
-
-    async def _at_deadline(
-        self, m: _Member, rnd: int, watch: _Watch, answer_by: float
-    ) -> MemberResult:
-        """The member's timeout_s has passed without a result. A short round is closed now, the
-        same answer for every member present; a whole round still computing answers this member
-        raw (COMPUTING). Store calls end by `answer_by`; when the store cannot answer, the
-        members that waited on this replica stand in for those present."""
-        size = m.checked.group_size
-        try:
-            result, count = await self._bounded(self.store.poll(m.gid, rnd), answer_by)
-            if result is None and count < size:
-                result = await self._close_short(m, rnd, answer_by)
-            if result is None and count < size:  # claimed elsewhere: closing, most likely
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout_at(answer_by):
-                        result = await asyncio.shield(watch.done)
-            if result is not None:
-                return self._answer(result, m)
-            group = await self._bounded(self.store.members(m.gid), answer_by)
-            present = dict(watch.local)
-            if group is not None and group.round == rnd:
-                present = {mid: rec.reward for mid, rec in group.members.items()}
-            reason = MemberReason.COMPUTING if len(present) >= size else MemberReason.SHORT
-            return await self._raw_answer(m, rnd, present, reason)
-        except StoreUnavailable as e:
-            log.warning("answer for %r from this replica's members: %s", m.gid, e)
-            return await self._raw_answer(
-                m, rnd, dict(watch.local), MemberReason.STORE_UNAVAILABLE
-            )
-
-    async def _close_short(self, m: _Member, rnd: int, by: float) -> RoundResult | None:
-        """Close the round as it is (short), unless someone else holds it or it became whole."""
-        token = f"{self._replica}:{next(self._claims)}"
-        if not await self._bounded(self.store.claim(m.gid, token, _CLAIM_TTL_S), by):
-            return None
-        try:
-            for _ in range(3):  # a member may arrive between the read and the close
-                group = await self._bounded(self.store.members(m.gid), by)
-                if group is None or group.round != rnd:
-                    return None
-                if len(group.members) >= m.checked.group_size:
-                    return None  # whole after all: the watcher computes it
-                result = await self._short_result(m.gid, group)
-                stored = await self._bounded(self.store.finish(m.gid, result), by)
-                if stored is not None:
-                    return stored
-            return None
-        finally:
-            with contextlib.suppress(Exception):
-                await self.store.release(m.gid, token)
-
-    async def _short_result(self, gid: str, group: OpenRound) -> RoundResult:
-        ids = sorted(group.members)
-        raw = [group.members[i].reward for i in ids]
-        return RoundResult(
-            round=group.round,
-            meta=group.meta,
-            complete=False,
-            ids=ids,
-            raw=raw,
-            digests=[group.members[i].digest for i in ids],
-            rewards=raw,
-            advantages=await self._advantages(raw, group.meta.advantages),
-            mean_similarity=None,
-            lambda_=None,
-        )
-
-    async def _raw_answer(
-        self, m: _Member, rnd: int, present: dict[str, float], reason: MemberReason
-    ) -> MemberResult:
-        """This member alone answered raw, over the members `present` (not stored)."""
-        present[m.mid] = m.checked.reward  # present even if its round expired meanwhile
-        ids = sorted(present)
-        adv = await self._advantages([present[i] for i in ids], m.meta.advantages)
-        self.stats.timeouts += 1
-        return MemberResult(
-            group_id=m.gid,
-            member_id=m.mid,
-            reward=m.checked.reward,
-            raw_reward=m.checked.reward,
-            advantage=adv[ids.index(m.mid)] if adv is not None else None,
-            complete=False,
-            reason=reason,
-            stats=None,
-            members=len(ids),
-            round=rnd,
-        )
-
-    async def _advantages(self, raw: Sequence[float], kind: str) -> list[float] | None:
-        """Advantages of raw rewards, by the engine like every other number: method "none"
-        leaves the rewards as they are and ignores similarity, so unit placeholder vectors
-        stand in for the texts (nothing is embedded for an incomplete round)."""
-        if kind == AdvantageKind.NONE:
-            return None
-        group = Group(rewards=list(raw), embeddings=np.ones((len(raw), 1), dtype=np.float32))
-        out = await self.engine.areweight(ReweightRequest([group], Method.NONE, {}, kind))
-        return out.groups[0].advantages
-
     # -- answers ---------------------------------------------------------------------------
 
-    def _answer(self, result: RoundResult, m: _Member) -> MemberResult:
+    def _answer(self, result: RoundResult, m: Member) -> MemberResult:
         if result.meta != m.meta:
             self._precondition(result.meta, m)
         if m.mid not in result.ids:  # finish checks the count: only a store that lost state
@@ -449,7 +322,7 @@ class GroupAssembler:
             self.stats.timeouts += 1
         return result.answer(m.gid, i)
 
-    def _late(self, m: _Member, result: RoundResult, rnd: int) -> None:
+    def _late(self, m: Member, result: RoundResult, rnd: int) -> None:
         self.stats.size_mismatch["late"] += 1
         state = "complete" if result.complete else "short"
         log.warning(
@@ -459,7 +332,7 @@ class GroupAssembler:
             m.mid, m.gid, result.round, state, len(result.ids), result.meta.group_size, rnd,
         )  # fmt: skip
 
-    def _precondition(self, have: GroupMeta, m: _Member) -> None:
+    def _precondition(self, have: GroupMeta, m: Member) -> None:
         self.stats.conflicts += 1
         want = m.meta
         for name in ("group_size", "method", "params", "advantages"):
@@ -467,8 +340,7 @@ class GroupAssembler:
                 if name == "group_size":
                     self.stats.size_mismatch["declared"] += 1
                 raise PreconditionFailed(
-                    f"is {getattr(want, name)!r} but group {m.gid!r} has "
-                    f"{getattr(have, name)!r}",
+                    f"is {getattr(want, name)!r} but group {m.gid!r} has {getattr(have, name)!r}",
                     field=name,
                 )
         if have.input != want.input:
@@ -479,25 +351,14 @@ class GroupAssembler:
             f"has dimension {want.dim} but group {m.gid!r} has {have.dim}", field="embedding"
         )
 
-    def _same_payload(self, reward: float, digest: str, m: _Member) -> None:
-        for same, name in ((reward == m.record.reward, "reward"),
-                           (digest == m.record.digest, m.meta.input)):
+    def _same_payload(self, reward: float, digest: str, m: Member) -> None:
+        for same, name in (
+            (reward == m.record.reward, "reward"),
+            (digest == m.record.digest, m.meta.input),
+        ):
             if not same:
                 self.stats.conflicts += 1
                 raise Conflict(
-                    f"member {m.mid!r} of group {m.gid!r} was already sent with a different "
-                    f"{name}",
+                    f"member {m.mid!r} of group {m.gid!r} was already sent with a different {name}",
                     field=name,
                 )
-
-    async def _bounded(self, awaitable: Awaitable[T], deadline: float) -> T:
-        """A store call that cannot outlive the member's deadline (one in memory never waits)."""
-        if not self.store.remote:
-            return await awaitable
-        now = asyncio.get_running_loop().time()
-        try:
-            async with asyncio.timeout_at(max(deadline, now + 0.01)):
-                return await awaitable
-        except TimeoutError:
-            op = getattr(awaitable, "__qualname__", "call")
-            raise StoreUnavailable(f"the assembly store did not answer in time ({op})") from None

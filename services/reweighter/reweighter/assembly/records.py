@@ -11,13 +11,15 @@ to these models; a deployment that wants the versions fully apart can also chang
 
 The in-process store keeps the objects; the Redis store keeps `dump()` strings, canonical (sorted
 keys) so that equal metas are equal strings for its Lua scripts. `encode` turns a checked member
-into its records, `RoundResult.answer` a round's result into a member's answer.
+into its records (`Member`), `OpenRound.result` a round into its result and
+`RoundResult.answer` a round's result into a member's answer.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -132,10 +134,56 @@ class OpenRound(BaseModel):
     meta: GroupMeta
     members: dict[str, MemberRecord]
 
+    def ordered(self) -> tuple[list[str], list[MemberRecord]]:
+        """Member ids in string order (the order its group is reweighted in), their records."""
+        ids = sorted(self.members)
+        return ids, [self.members[i] for i in ids]
 
-def encode(c: CheckedMember) -> tuple[GroupMeta, MemberRecord]:
-    """A checked member as the store keeps it: its round's meta (what every member must share)
-    and its record (compared by digest on a retry)."""
+    def result(
+        self,
+        rewards: list[float] | None,
+        advantages: list[float] | None,
+        stats: GroupStats | None,
+    ) -> RoundResult:
+        """The round's answer over its members now: reweighted `rewards` with the group's
+        `stats` (complete), or None: closed short, the raw rewards."""
+        ids, records = self.ordered()
+        raw = [r.reward for r in records]
+        return RoundResult(
+            round=self.round,
+            meta=self.meta,
+            complete=rewards is not None,
+            ids=ids,
+            raw=raw,
+            digests=[r.digest for r in records],
+            rewards=raw if rewards is None else rewards,
+            advantages=advantages,
+            mean_similarity=None if stats is None else stats.mean_similarity,
+            lambda_=None if stats is None else stats.lambda_,
+        )
+
+
+@dataclass(frozen=True)
+class Member:
+    """A checked member and its records as the stores keep them."""
+
+    checked: CheckedMember
+    meta: GroupMeta
+    """Its round's meta: what every member must share."""
+    record: MemberRecord
+    """Compared by digest on a retry."""
+
+    @property
+    def gid(self) -> str:
+        return self.checked.group_id
+
+    @property
+    def mid(self) -> str:
+        return self.checked.member_id
+
+
+def encode(c: CheckedMember) -> Member:
+    """A checked member with its records."""
     if c.completion is not None:
         digest = hashlib.sha256(c.completion.encode("utf-8")).hexdigest()
         value: str | list[float] = c.completion
@@ -147,18 +195,19 @@ def encode(c: CheckedMember) -> tuple[GroupMeta, MemberRecord]:
         value, kind, dim = c.embedding.tolist(), "embedding", int(c.embedding.shape[0])
     meta = GroupMeta(
         group_size=c.group_size,
-        method=c.method.value,
+        method=str(c.method),  # a catalogue name (a Method for the built-ins)
         params=c.params.model_dump(mode="json", by_alias=True),
         advantages=c.advantages.value,
         input=kind,
         dim=dim,
     )
-    return meta, MemberRecord(reward=c.reward, digest=digest, value=value)
+    return Member(c, meta, MemberRecord(reward=c.reward, digest=digest, value=value))
 
 
 __all__ = [
     "SCHEMA_VERSION",
     "GroupMeta",
+    "Member",
     "MemberRecord",
     "OpenRound",
     "RoundResult",
