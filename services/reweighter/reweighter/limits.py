@@ -9,7 +9,8 @@ assembly store is bounded by `AssemblyLimits` (503 Overloaded above them).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
+from typing import ClassVar, Self
 
 from .config import Settings
 
@@ -19,8 +20,21 @@ SERVER_MIN_SEND_BYTES = 64 << 20
 """gRPC servers may always send answers of at least this size."""
 
 
+class _FromSettings:
+    """Limits read from Settings: each field is the setting of its name after the prefix, so a
+    new limit is one field here and one setting, nothing to copy between them."""
+
+    _SETTINGS_PREFIX: ClassVar[str] = ""
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Self:
+        """Each field from the setting of its name (after the class's prefix)."""
+        names = (f.name for f in fields(cls))  # type: ignore[arg-type]  # a dataclass
+        return cls(**{n: getattr(settings, cls._SETTINGS_PREFIX + n) for n in names})
+
+
 @dataclass(frozen=True)
-class Limits:
+class Limits(_FromSettings):
     """Per-request bounds (413 / RESOURCE_EXHAUSTED above them), as `info()` publishes them."""
 
     max_groups: int
@@ -28,21 +42,12 @@ class Limits:
     max_completions: int
     max_chars: int
 
-    @classmethod
-    def from_settings(cls, settings: Settings) -> Limits:
-        return cls(
-            max_groups=settings.max_groups,
-            max_group_size=settings.max_group_size,
-            max_completions=settings.max_completions,
-            max_chars=settings.max_chars,
-        )
-
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
 
 
 @dataclass(frozen=True)
-class AssemblyLimits:
+class AssemblyLimits(_FromSettings):
     """What the assembly store holds at most, across replicas sharing it (a new group or member
     beyond a bound is refused with a retryable Overloaded), and how long an answered round's
     result is kept to answer retries."""
@@ -51,13 +56,7 @@ class AssemblyLimits:
     max_held_members: int
     result_ttl_s: float
 
-    @classmethod
-    def from_settings(cls, settings: Settings) -> AssemblyLimits:
-        return cls(
-            max_open_groups=settings.assembly_max_open_groups,
-            max_held_members=settings.assembly_max_held_members,
-            result_ttl_s=settings.assembly_result_ttl_s,
-        )
+    _SETTINGS_PREFIX: ClassVar[str] = "assembly_"
 
 
 def max_body_bytes(settings: Settings) -> int:

@@ -28,7 +28,7 @@ from ..errors import StoreUnavailable
 from ..limits import AssemblyLimits
 from ..redis_client import SOCKET_TIMEOUT_S, async_client
 from .records import GroupMeta, MemberRecord, OpenRound, RoundResult
-from .store import AddOutcome, AssemblyStore, OnDone
+from .store import AddOutcome, Arrival, AssemblyStore, OnDone
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +150,7 @@ class RedisStore(AssemblyStore):
         # the defaults of reweighter.redis_client (bounded pool, no retries); every wait here
         # is also bounded by the member's deadline. Text replies: records are JSON.
         self._redis = async_client(url, socket_timeout_s=socket_timeout_s, decode_responses=True)
-        self._add = self._redis.register_script(_ADD)
+        self._add_script = self._redis.register_script(_ADD)
         self._finish = self._redis.register_script(_FINISH)
         self._counts = self._redis.register_script(_COUNTS)
         self._release = self._redis.register_script(_RELEASE)
@@ -169,31 +169,22 @@ class RedisStore(AssemblyStore):
         except Exception as e:  # redis ConnectionError, TimeoutError, ResponseError ...
             raise StoreUnavailable(f"assembly store (Redis) failed: {e}") from e
 
-    async def add(
-        self,
-        group_id: str,
-        member_id: str,
-        meta: GroupMeta,
-        record: MemberRecord,
-        group_size: int,
-        ttl_s: float,
-        after_round: int = -1,
-    ) -> AddOutcome:
+    async def _add(self, a: Arrival) -> AddOutcome:
         lim = self.limits
         args = [
-            member_id,
-            meta.dump(),
-            record.dump(),
-            group_size,
+            a.member_id,
+            a.meta.dump(),
+            a.record.dump(),
+            a.group_size,
             int(time.time() * 1000),
-            max(1, int(ttl_s * 1000)),
+            max(1, int(a.ttl_s * 1000)),
             lim.max_open_groups,
             lim.max_held_members,
-            group_id,
-            after_round,
+            a.group_id,
+            a.after_round,
         ]
         kind, rnd, count, value = await self._call(
-            self._add(keys=self._keys(group_id), args=args)
+            self._add_script(keys=self._keys(a.group_id), args=args)
         )
         out = AddOutcome(kind, int(rnd), int(count))
         if kind == "done":

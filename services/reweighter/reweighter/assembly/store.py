@@ -41,6 +41,19 @@ class AddOutcome:
     bound: str = ""
 
 
+@dataclass(frozen=True)
+class Arrival:
+    """One call of `add`, as the stores read it."""
+
+    group_id: str
+    member_id: str
+    meta: GroupMeta
+    record: MemberRecord
+    group_size: int
+    ttl_s: float
+    after_round: int
+
+
 OnDone = Callable[[str, int], None]
 """Called with (group id, round) when a round gets its result."""
 
@@ -70,6 +83,11 @@ class AssemblyStore:
         again with `after_round` = that round), the open round's meta differs (precondition),
         the member is already in it (exists), it is whole (full) or a bound is hit
         (overloaded)."""
+        args = (group_id, member_id, meta, record, group_size, ttl_s, after_round)
+        return await self._add(Arrival(*args))
+
+    async def _add(self, a: Arrival) -> AddOutcome:
+        """`add`, in a store."""
         raise NotImplementedError
 
     async def poll(self, group_id: str, round: int) -> tuple[RoundResult | None, int]:
@@ -155,41 +173,33 @@ class MemoryStore(AssemblyStore):
             self._held -= len(group.members)
         self._claims.pop(gid, None)
 
-    async def add(
-        self,
-        group_id: str,
-        member_id: str,
-        meta: GroupMeta,
-        record: MemberRecord,
-        group_size: int,
-        ttl_s: float,
-        after_round: int = -1,
-    ) -> AddOutcome:
+    async def _add(self, a: Arrival) -> AddOutcome:
         now = self._clock()
         self._prune(now)
-        mine = self._answered.get(group_id, {}).get(member_id) if after_round < 0 else None
+        group_id, ttl_s = a.group_id, a.ttl_s
+        mine = self._answered.get(group_id, {}).get(a.member_id) if a.after_round < 0 else None
         if mine is not None and (group_id, mine) in self._results:
             return AddOutcome("done", mine, result=self._results[(group_id, mine)][0])
         latest = self._latest.get(group_id, -1)
-        if latest > after_round:
+        if latest > a.after_round:
             return AddOutcome("done", latest, result=self._results[(group_id, latest)][0])
         group = self._open.get(group_id)
         if group is not None:
             n = len(group.members)
-            if group.meta != meta:
+            if group.meta != a.meta:
                 return AddOutcome("precondition", group.round, n, meta=group.meta)
-            if member_id in group.members:
+            if a.member_id in group.members:
                 self._extend(group_id, group, now + ttl_s)
-                return AddOutcome("exists", group.round, n, record=group.members[member_id])
-            if n >= group_size:
+                return AddOutcome("exists", group.round, n, record=group.members[a.member_id])
+            if n >= a.group_size:
                 return AddOutcome("full", group.round, n)
         elif len(self._open) >= self.limits.max_open_groups:
             return AddOutcome("overloaded", bound="groups")
         if self._held >= self.limits.max_held_members:
             return AddOutcome("overloaded", bound="members")
         if group is None:
-            group = self._open[group_id] = _Open(latest + 1, meta, now)
-        group.members[member_id] = record
+            group = self._open[group_id] = _Open(latest + 1, a.meta, now)
+        group.members[a.member_id] = a.record
         self._held += 1
         self._extend(group_id, group, now + ttl_s)
         return AddOutcome("added", group.round, len(group.members))

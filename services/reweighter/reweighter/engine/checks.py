@@ -93,15 +93,7 @@ def check_request(request: ReweightRequest, limits: Limits) -> Checked:
                 f"{len(r)} completions exceed the group limit of {limits.max_group_size}",
                 field=f"{where}.rewards",
             )
-        has_c, has_e = g.completions is not None, g.embeddings is not None
-        if has_c == has_e:
-            raise InvalidInput(
-                "give either completions or embeddings, not both"
-                if has_c
-                else "give either completions or embeddings",
-                field=where,
-            )
-        if has_c:
+        if _texts_given(g.completions, g.embeddings, "completions or embeddings", where):
             c = _check_completions(g.completions, len(r), f"{where}.completions")
             chars += sum(len(t) for t in c)
             texts.append(c)
@@ -199,16 +191,8 @@ def check_member(
     params = _check_params(spec.name, spec.params_model, member.params)
     kind = parse_name(AdvantageKind, member.advantages, "advantages", "advantage kind")
     reward = _check_number(member.reward, "reward")
-    has_c, has_e = member.completion is not None, member.embedding is not None
-    if has_c == has_e:
-        raise InvalidInput(
-            "give either completion or embedding, not both"
-            if has_c
-            else "give either completion or embedding",
-            field="completion",
-        )
     text, vector = None, None
-    if has_c:
+    if _texts_given(member.completion, member.embedding, "completion or embedding", "completion"):
         text = member.completion
         if not isinstance(text, str):
             raise InvalidInput("must be a string", field="completion")
@@ -228,6 +212,14 @@ def check_member(
         embedding=vector,
         timeout_s=min(float(timeout), max_timeout_s),
     )
+
+
+def _texts_given(texts: Any, vectors: Any, what: str, field: str) -> bool:
+    """Whether texts were given, when exactly one of texts and vectors was."""
+    if (texts is None) == (vectors is None):
+        both = ", not both" if texts is not None else ""
+        raise InvalidInput(f"give either {what}{both}", field=field)
+    return texts is not None
 
 
 def _within(n: int, limit: int, what: str, field: str) -> None:

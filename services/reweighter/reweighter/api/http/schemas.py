@@ -260,18 +260,8 @@ class MemberIn(BaseModel):
     )
 
     def to_submission(self, group_id: str) -> MemberSubmission:
-        return MemberSubmission(
-            group_id=group_id,
-            member_id=self.member_id,
-            group_size=self.group_size,
-            reward=self.reward,
-            completion=self.completion,
-            embedding=self.embedding,
-            method=self.method,
-            params=self.params,
-            advantages=self.advantages,  # type: ignore[arg-type]
-            timeout_s=self.timeout_s,
-        )
+        """The body's fields are the submission's, by name (the group id is the path's)."""
+        return MemberSubmission(group_id=group_id, **dict(self))
 
     @staticmethod
     def wire(sub: MemberSubmission) -> dict[str, Any]:
