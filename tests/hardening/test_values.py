@@ -89,20 +89,14 @@ def test_float_extremes_are_right_or_refused_the_same_on_both_transports(
 
 def test_huge_integer_literal_is_a_422_naming_the_field(keyed: Served) -> None:
     huge = "9" * 401
-    raw = (
-        '{"method": "none", "groups": [{"rewards": [' + huge + ', 0], "embeddings": '
-        "[[1, 0], [0, 1]]}]}"
-    ).encode()
-    response = post(keyed, raw)
-    assert response.status_code == 422, response.text
-    assert "rewards" in (error_shape(response.json())["field"] or "")
-    raw_emb = (
-        '{"method": "none", "groups": [{"rewards": [1, 0], "embeddings": [[' + huge + ", 0], "
-        "[0, 1]]}]}"
-    ).encode()
-    response = post(keyed, raw_emb)
-    assert response.status_code == 422, response.text
-    assert "embeddings" in (error_shape(response.json())["field"] or "")
+    for field, rewards, embeddings in (
+        ("rewards", f"[{huge}, 0]", "[[1, 0], [0, 1]]"),
+        ("embeddings", "[1, 0]", f"[[{huge}, 0], [0, 1]]"),
+    ):
+        group = f'{{"rewards": {rewards}, "embeddings": {embeddings}}}'
+        response = post(keyed, f'{{"method": "none", "groups": [{group}]}}'.encode())
+        assert response.status_code == 422, response.text
+        assert field in (error_shape(response.json())["field"] or "")
 
 
 def test_lone_surrogate_is_a_422_naming_the_text(keyed: Served) -> None:
