@@ -250,7 +250,7 @@ def test_bf16_on_cpu_meets_the_issue_bounds_or_is_refused(engine) -> None:  # no
 
 
 @pytest.mark.slow
-def test_image_build_step_builds_the_artefact_the_service_finds(tmp_path: Path) -> None:
+def test_image_build_step_builds_the_artefact_the_service_finds(tmp_path: Path, engine) -> None:  # noqa: ANN001
     """The Dockerfile's int8 step, as written, in a fresh process: it builds the artefact where
     REWEIGHTER_PRECISION_CACHE_DIR points, the folder the image's service reads."""
     root = Path(__file__).resolve().parents[2]
@@ -277,3 +277,5 @@ def test_image_build_step_builds_the_artefact_the_service_finds(tmp_path: Path) 
     )
     assert enc._ort is not None and enc._ort.path == built  # the service finds it, builds none
     assert len(list(tmp_path.iterdir())) == 1
+    # int8 vectors never share cache keys with fp32 ones (replicas may share a Redis)
+    assert engine.embedder.namespace + "|int8" == enc.cache_namespace
