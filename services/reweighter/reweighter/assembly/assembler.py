@@ -93,7 +93,7 @@ class GroupAssembler:
         self.stats = AssemblyStats()
         self._replica = uuid.uuid4().hex
         self._claims = itertools.count()  # claim tokens: this replica's id and a serial
-        self._deadlines = Deadlines(store, engine, self._token)
+        self._deadlines = Deadlines(store, engine, self._token, self._raw_answered)
         self._watches: dict[tuple[str, int], _Watch] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._waiting = 0
@@ -132,6 +132,9 @@ class GroupAssembler:
 
     def _token(self) -> str:
         return f"{self._replica}:{next(self._claims)}"
+
+    def _raw_answered(self) -> None:
+        self.stats.timeouts += 1
 
     def _spawn(self, coro: Awaitable[T], name: str) -> asyncio.Task[T]:
         task = asyncio.ensure_future(coro)
@@ -223,13 +226,10 @@ class GroupAssembler:
                 async with asyncio.timeout_at(deadline):
                     result = await asyncio.shield(watch.done)
             except TimeoutError:
-                late = await self._deadlines.answer(
-                    m, rnd, watch.done, watch.local, deadline + GRACE_S
-                )
-                if isinstance(late, MemberResult):
-                    self.stats.timeouts += 1
-                    return late
-                result = late
+                return await self._deadlines.answer(
+                    m, rnd, watch.done, watch.local, deadline + GRACE_S,
+                    lambda result: self._answer(result, m),
+                )  # fmt: skip
             return self._answer(result, m)
         finally:
             watch.waiters -= 1

@@ -49,12 +49,20 @@ async def bounded(store: AssemblyStore, awaitable: Awaitable[T], deadline: float
 
 class Deadlines:
     """The answers at a member's deadline over `store`; `engine` computes advantages (anything
-    with `areweight`), `token()` names a claim (unique per call)."""
+    with `areweight`), `token()` names a claim (unique per call), `on_raw()` is called for each
+    answer of one member alone (the assembler counts them)."""
 
-    def __init__(self, store: AssemblyStore, engine: Any, token: Callable[[], str]) -> None:
+    def __init__(
+        self,
+        store: AssemblyStore,
+        engine: Any,
+        token: Callable[[], str],
+        on_raw: Callable[[], None],
+    ) -> None:
         self.store = store
         self.engine = engine
         self.token = token
+        self.on_raw = on_raw
 
     async def answer(
         self,
@@ -63,10 +71,12 @@ class Deadlines:
         done: asyncio.Future[RoundResult],
         waited_here: Mapping[str, float],
         answer_by: float,
-    ) -> RoundResult | MemberResult:
-        """The round's result when it has one by `answer_by` (this call closes it if it is
-        short), else this member's own raw answer. `done`: the round's result as this replica's
-        watcher finds it; `waited_here`: member -> raw reward of those that waited here."""
+        answer: Callable[[RoundResult], MemberResult],
+    ) -> MemberResult:
+        """`answer(result)` when the round has a result by `answer_by` (this call closes it if
+        it is short), else this member's own raw answer. `done`: the round's result as this
+        replica's watcher finds it; `waited_here`: member -> raw reward of those that waited
+        here."""
         size = m.checked.group_size
         try:
             result, count = await bounded(self.store, self.store.poll(m.gid, rnd), answer_by)
@@ -77,7 +87,7 @@ class Deadlines:
                     async with asyncio.timeout_at(answer_by):
                         result = await asyncio.shield(done)
             if result is not None:
-                return result
+                return answer(result)
             group = await bounded(self.store, self.store.members(m.gid), answer_by)
             present = dict(waited_here)
             if group is not None and group.round == rnd:
@@ -121,6 +131,7 @@ class Deadlines:
         present[m.mid] = m.checked.reward  # present even if its round expired meanwhile
         ids = sorted(present)
         adv = await self._advantages([present[i] for i in ids], m.meta.advantages)
+        self.on_raw()
         return MemberResult(
             group_id=m.gid,
             member_id=m.mid,
