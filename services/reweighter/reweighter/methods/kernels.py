@@ -13,7 +13,7 @@ import torch
 from reweighter.errors import InvalidInput
 from reweighter.methods import _checks
 from reweighter.methods.dra import _dra
-from reweighter.methods.mmr import _lambda, _mmr
+from reweighter.methods.mmr import _mmr
 from reweighter.methods.params import DraParams, MmrParams, NoneParams
 
 
@@ -40,7 +40,7 @@ def apply_mmr(
     s = s.to(_checks.compute_dtype(s, b.rewards))
     if b.mask is not None:
         s = s.masked_fill(~(b.mask.unsqueeze(-1) & b.mask.unsqueeze(-2)), 0.0)
-    return _mmr(b, s, _lambda(p.lam), p.equal_rewards)
+    return _mmr(b, s, p.fixed_lambda, p.equal_rewards)
 
 
 def apply_none(

@@ -51,12 +51,6 @@ def _params(lam: object, equal_rewards: object) -> MmrParams:
     return kernel_params(MmrParams, lam=lam, equal_rewards=equal_rewards)
 
 
-def _lambda(lam: object) -> float | None:
-    """A validated `lam` as `_mmr` takes it: a float, or None for "adaptive"."""
-    p = kernel_params(MmrParams, lam=lam)
-    return None if p.lam == "adaptive" else float(p.lam)
-
-
 def _population_std(b: _checks.Batch) -> torch.Tensor:
     return (b.centred().square().sum(-1) / b.counts()).sqrt()
 
@@ -73,9 +67,8 @@ def _mmr(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Greedy MMR on validated [B, G] rewards and finite [B, G, G] similarities; trusts them.
 
-    `lam` is a float in [0, 1], or None for adaptive (see `_lambda`); `equal_rewards` is
-    MmrParams.equal_rewards (engine kernels: pass `p.equal_rewards`). Masked rows and columns
-    of `sim` are 0.
+    `lam` is a float in [0, 1], or None for adaptive (`MmrParams.fixed_lambda`);
+    `equal_rewards` is MmrParams.equal_rewards. Masked rows and columns of `sim` are 0.
 
     Vectorised over groups; the only loop is over the G - 1 selection steps, each a handful of
     [B, G] kernels.
@@ -178,7 +171,7 @@ def mmr_from_similarity(
         s = s.masked_fill(~(b.mask.unsqueeze(-1) & b.mask.unsqueeze(-2)), 0.0)
     if not _checks.all_finite(s):
         raise InvalidInput("NaN or inf among the similarities of valid items", field="similarity")
-    return _mmr(b, s, _lambda(p.lam), p.equal_rewards)
+    return _mmr(b, s, p.fixed_lambda, p.equal_rewards)
 
 
 def mmr(
@@ -191,4 +184,4 @@ def mmr(
     """
     p = _params(lam, equal_rewards)
     b, e = _checks.prepare(embeddings, rewards, mask, "embeddings", 0)
-    return _mmr(b, _cosine(e, b.mask, b.squeeze), _lambda(p.lam), p.equal_rewards)
+    return _mmr(b, _cosine(e, b.mask, b.squeeze), p.fixed_lambda, p.equal_rewards)

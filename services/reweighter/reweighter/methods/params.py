@@ -29,6 +29,11 @@ class DraParams(BaseModel):
     eps: float = Field(1e-6, gt=0.0, allow_inf_nan=False, description="Added to the denominator.")
 
 
+ADAPTIVE = "adaptive"
+"""MMR's `lambda` value meaning sigmoid(std(rewards)) per group; `MmrParams.fixed_lambda` is the
+one place that tells it from a number."""
+
+
 class MmrParams(BaseModel):
     model_config = _CONFIG
 
@@ -49,7 +54,7 @@ class MmrParams(BaseModel):
     @classmethod
     def _one_clear_error(cls, v: Any) -> Any:
         """One message instead of pydantic's per-branch union errors."""
-        if v == "adaptive" and isinstance(v, str):
+        if v == ADAPTIVE and isinstance(v, str):
             return v
         x: float | None = None
         if isinstance(v, int | float) and not isinstance(v, bool):  # "0.5" (a string) is not
@@ -60,6 +65,11 @@ class MmrParams(BaseModel):
         if x is None or not math.isfinite(x) or not 0.0 <= x <= 1.0:
             raise ValueError(f'must be a number in [0, 1] or "adaptive", got {v!r}')
         return x
+
+    @property
+    def fixed_lambda(self) -> float | None:
+        """λ as the kernel takes it: a number, or None for adaptive (computed per group)."""
+        return None if self.lam == ADAPTIVE else float(self.lam)
 
 
 class NoneParams(BaseModel):
