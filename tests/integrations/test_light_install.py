@@ -142,3 +142,12 @@ def test_the_server_command_names_the_extra(light_venv: Path, tmp_path: Path) ->
     assert done.returncode == 2
     assert "pip install 'reweighter[server]'" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_python_m_server_names_the_extra(light_venv: Path, tmp_path: Path) -> None:
+    """`python -m reweighter.server` (the module form of `reweighter serve`) in a light install
+    ends on the install hint, not on a bare 'No module named uvicorn'."""
+    done = subprocess.run([str(light_venv / "bin" / "python"), "-m", "reweighter.server"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode != 0
+    assert "pip install 'reweighter[server]'" in done.stderr.strip().splitlines()[-1]

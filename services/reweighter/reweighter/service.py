@@ -17,7 +17,12 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-import uvicorn
+from .errors import server_extra_missing
+
+try:
+    import uvicorn
+except ModuleNotFoundError as e:  # a light install (`pip install reweighter`) has no server
+    raise (server_extra_missing(e, "the reweighter service") or e) from e
 
 from .api.http.connections import ConnectionGuard, connection_limits, guarded_protocol
 from .api.protocol import EngineProtocol
