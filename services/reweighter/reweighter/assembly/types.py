@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from ..types import AdvantageKind, GroupStats, Method
+from ..types import DEFAULT_METHOD, AdvantageKind, GroupStats, Method
 
 
 class MemberReason(StrEnum):
@@ -41,7 +41,7 @@ class MemberSubmission:
     reward: float
     completion: str | None = None
     embedding: Sequence[float] | Any | None = None
-    method: Method | str = Method.DRA
+    method: Method | str = DEFAULT_METHOD
     params: Mapping[str, Any] = field(default_factory=dict)
     advantages: AdvantageKind | str = AdvantageKind.NONE
     timeout_s: float | None = None

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 from ..assembly.types import MemberResult, MemberSubmission
-from ..types import AdvantageKind, Method
+from ..types import DEFAULT_METHOD, AdvantageKind, Method
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 """Where `reweighter serve` listens by default (HTTP)."""
@@ -34,7 +34,7 @@ class AsyncClientBase:
         *,
         completion: str | None = None,
         embedding: Sequence[float] | None = None,
-        method: Method | str = Method.DRA,
+        method: Method | str = DEFAULT_METHOD,
         params: Mapping[str, Any] | None = None,
         advantages: AdvantageKind | str = AdvantageKind.NONE,
         timeout_s: float | None = None,
@@ -49,9 +49,9 @@ class AsyncClientBase:
             reward=reward,
             completion=completion,
             embedding=embedding,
-            method=method,  # type: ignore[arg-type]  # the server names a bad one
+            method=method,  # the server names a bad one
             params=dict(params or {}),
-            advantages=advantages,  # type: ignore[arg-type]
+            advantages=advantages,
             timeout_s=timeout_s,
         )
         deadline = None if timeout_s is None else float(timeout_s) + MEMBER_MARGIN_S

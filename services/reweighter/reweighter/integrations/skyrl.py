@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..client import DEFAULT_URL, Reweighter, connect
+from ..types import DEFAULT_METHOD
 from ._stacks import reweight_by_key
 
 Decode = Callable[[Sequence[int]], str]
@@ -37,7 +38,7 @@ def reweight_generator_output(
     backend: Reweighter,
     decode: Decode,
     *,
-    method: str = "dra",
+    method: str = DEFAULT_METHOD,
     params: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A copy of a SkyRL `GeneratorOutput` whose response-level `rewards` are reweighted.
@@ -84,7 +85,7 @@ class ReweighterPostprocessMixin:
     client to `reweighter_backend`."""
 
     reweighter_url: str = DEFAULT_URL
-    reweighter_method: str = "dra"
+    reweighter_method: str = DEFAULT_METHOD
     reweighter_params: Mapping[str, Any] = {}
     reweighter_api_key: str | None = None
     reweighter_backend: Reweighter | None = None

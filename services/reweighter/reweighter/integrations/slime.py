@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..client import Reweighter, connect
+from ..types import DEFAULT_METHOD
 from ._stacks import StackSettings, reweight_by_key
 
 _NORMALISED = ("grpo", "gspo", "cispo", "reinforce_plus_plus_baseline")
@@ -60,7 +61,7 @@ def _order(i: int, sample: Any) -> tuple[int, int]:
 
 
 def make_post_process(
-    backend: Reweighter, *, method: str = "dra", params: dict[str, Any] | None = None
+    backend: Reweighter, *, method: str = DEFAULT_METHOD, params: dict[str, Any] | None = None
 ) -> Callable[[Any, Sequence[Any]], tuple[list[float], list[float]]]:
     """A slime reward post-process hook bound to a client (`reweighter.client.connect`)."""
 

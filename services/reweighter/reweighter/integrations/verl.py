@@ -48,6 +48,7 @@ from verl.experimental.reward_loop.reward_manager import get_reward_manager_cls
 from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
 
 from reweighter.client import DEFAULT_URL, Reweighter, connect
+from reweighter.types import DEFAULT_METHOD
 
 DEFAULT_VAL_SPLITS = ("test", "val", "validation")
 log = logging.getLogger(__name__)
@@ -95,7 +96,7 @@ class ReweighterRewardManager(RewardManagerBase):
             reward_model_tokenizer=reward_model_tokenizer,
         )
         self.group_size = int(cfg.get("group_size") or config.actor_rollout_ref.rollout.n)
-        self.method = str(cfg.get("method", "dra"))
+        self.method = str(cfg.get("method", DEFAULT_METHOD))
         self.params: Mapping[str, Any] = dict(cfg.get("params") or {})
         self.timeout_s: float | None = cfg.get("timeout_s")
         self.member_key: str | None = cfg.get("member_key")

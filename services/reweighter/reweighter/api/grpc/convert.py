@@ -226,7 +226,7 @@ def proto_to_submission(msg: pb.SubmitMemberRequest) -> MemberSubmission:
         embedding=list(msg.embedding.values) if which == "embedding" else None,
         method=msg.method or DEFAULT_METHOD,
         params=json_format.MessageToDict(msg.params) if msg.HasField("params") else {},
-        advantages=msg.advantages or DEFAULT_ADVANTAGES,  # type: ignore[arg-type]
+        advantages=msg.advantages or DEFAULT_ADVANTAGES,
         timeout_s=msg.timeout_s if msg.HasField("timeout_s") else None,
     )
 

@@ -35,6 +35,7 @@ from ...assembly import GroupAssembler, MemberResult, MemberSubmission
 from ...assembly.rounds import Rounds, Seat
 from ...config import OpenRLHFSettings
 from ...errors import InvalidInput, NotReady, Unauthenticated
+from ...types import DEFAULT_METHOD
 from ...verify import Verifier, response_of
 from ...verify.math_answers import math_verifier
 from ...verify.upstream import UpstreamVerifier
@@ -124,7 +125,7 @@ def build_openrlhf_router(
     assembler: GroupAssembler | None,
     *,
     verifier: Verifier | None = None,
-    method: str = "dra",
+    method: str = DEFAULT_METHOD,
     paths: tuple[str, ...] = (PATH, "/v1/openrlhf/{token}/reward"),
 ) -> APIRouter:
     """The route at `paths`. `verifier`: default from `settings` (the upstream URL, else the
