@@ -313,3 +313,102 @@ async def test_a_round_is_one_padded_batch_of_alike_lengths() -> None:
     ref = bundled_encoder()
     for texts, vecs in zip(reqs, got, strict=True):  # reordering never changes the numbers
         np.testing.assert_allclose(vecs, ref.encode(texts), atol=1e-5)
+
+
+def _mixed_texts(n: int, seed: int) -> list[str]:
+    rng = np.random.default_rng(seed)
+    return [
+        f"text {seed}.{i}: "
+        + " ".join(f"step {k}: {k} + {i} = {k + i}." for k in range(int(rng.integers(4, 18))))
+        for i in range(n)
+    ]
+
+
+def _padded(view: SentenceTransformerEncoder, calls: list[list[str]]) -> tuple[int, int]:
+    """(real, padded) tokens of the recorded model calls (each call is one padded batch)."""
+    real = padded = 0
+    for call in calls:
+        lengths = view.count_tokens(call)
+        real += sum(lengths)
+        padded += len(lengths) * max(lengths)
+    return real, padded
+
+
+async def test_a_request_alone_runs_in_full_passes() -> None:
+    """One request larger than a round used to get one slice per round (a quarter of a pass:
+    128 texts took 57 passes where one sorted encode takes 13). Alone, it now runs in exactly
+    the passes the encoder's own global sort forms."""
+    view = fresh_view()
+    view.max_batch_tokens = 600
+    rec = SliceRecorder(view, threading.Event())
+    rec.gate.set()
+    emb = CachingEmbedder(rec, cache=None, slice_tokens=150)  # a round: 4 x 150 = 600 tokens
+    texts = _mixed_texts(40, seed=1)
+    try:
+        got = await emb.aencode(texts)
+    finally:
+        await emb.aclose()
+    pieces = view.split(texts)
+    assert sum(p.tokens for p in pieces) > 3 * emb.batcher.round_tokens  # several rounds
+    assert len(rec.calls) == len(view._batches(pieces))
+    np.testing.assert_allclose(got, bundled_encoder().encode(texts), atol=1e-5)
+
+
+async def test_concurrent_requests_pad_nearly_as_little_as_one_global_sort() -> None:
+    """Eight requests of mixed lengths queued together: every round takes the pieces that pad
+    least against the anchor's, so the padded work stays within 5 % of one global sort's
+    (a slice from every request in turn padded every round to a mixed set's longest)."""
+    view = fresh_view()
+    view.max_batch_tokens = 600
+    gate = threading.Event()
+    rec = SliceRecorder(view, gate)
+    emb = CachingEmbedder(rec, cache=None, slice_tokens=150)
+    reqs = [_mixed_texts(12, seed=10 + r) for r in range(8)]
+    try:
+        first = asyncio.create_task(emb.aencode(["held at the gate"]))
+        await wait_for(rec.entered.is_set)
+        tasks = [asyncio.create_task(emb.aencode(texts)) for texts in reqs]
+        await wait_for(lambda: emb.batcher.pending == 9 and emb.batcher.preparing == 0)
+        gate.set()
+        got = await asyncio.gather(*tasks)
+        await first
+    finally:
+        gate.set()
+        await emb.aclose()
+    rounds = rec.calls[1:]
+    everything = [t for texts in reqs for t in texts]
+    assert sorted(t for call in rounds for t in call) == sorted(everything)  # each text once
+    pieces = view.split(everything)
+    batches = view._batches(pieces)
+    sorted_padded = sum(len(b) * max(pieces[i].tokens for i in b) for b in batches)
+    real, padded = _padded(view, rounds)
+    assert padded <= 1.05 * sorted_padded, (real / padded, real / sorted_padded)
+    assert len(rounds) <= len(batches) + 1
+    for call in rounds:  # still one padded batch a round
+        lengths = view.count_tokens(call)
+        assert len(call) * max(lengths) <= emb.batcher.round_tokens
+    for texts, vecs in zip(reqs, got, strict=True):
+        np.testing.assert_allclose(vecs, bundled_encoder().encode(texts), atol=1e-5)
+
+
+async def test_a_newcomer_of_other_lengths_anchors_the_next_round() -> None:
+    """Work-conserving rounds fill with what pads least, but never starve: a request of short
+    texts that arrives behind long ones is served whole in the very next round."""
+    view = fresh_view()
+    view.max_batch_tokens = 600
+    gate = threading.Event()
+    rec = SliceRecorder(view, gate)
+    emb = CachingEmbedder(rec, cache=None, slice_tokens=150)
+    longs = [" ".join(f"long step {k} of {r}." for k in range(30)) for r in range(30)]
+    shorts = ["4", "five"]
+    try:
+        first = asyncio.create_task(emb.aencode(longs))
+        await wait_for(rec.entered.is_set)
+        second = asyncio.create_task(emb.aencode(shorts))
+        await wait_for(lambda: emb.batcher.pending == 2 and emb.batcher.preparing == 0)
+        gate.set()
+        await asyncio.gather(first, second)
+    finally:
+        gate.set()
+        await emb.aclose()
+    assert set(shorts) <= set(rec.calls[1])

@@ -18,7 +18,9 @@ only enqueues and awaits a future; tokenising (`split`) runs in a helper thread.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
+import heapq
 import logging
 import threading
 import time
@@ -102,6 +104,107 @@ def _resolve(fut: asyncio.Future, value: np.ndarray | None, exc: BaseException |
         fut.set_exception(exc)
     else:
         fut.set_result(value)
+
+
+class _RoundBuilder:
+    """The pieces of one round within its padded budget (rows x longest piece <= tokens)."""
+
+    def __init__(self, tokens: int, max_pieces: int) -> None:
+        self.tokens, self.max_pieces = tokens, max_pieces
+        self.count = self.longest = 0
+        self.full = False
+        self.anchored = False
+        self._ranges: dict[int, list] = {}  # id(job) -> [request, rank, job, start, end]
+
+    def _room(self, cost: int) -> bool:
+        if not self.count:
+            return True  # a round takes at least one piece, whatever its size
+        return (
+            self.count < self.max_pieces
+            and (self.count + 1) * max(self.longest, cost) <= self.tokens
+        )
+
+    def _add(self, req: _Request, rank: int, job: _Job) -> int:
+        assert job.pieces is not None
+        cost = job.pieces[job.scheduled].tokens
+        entry = self._ranges.get(id(job))
+        if entry is None:
+            self._ranges[id(job)] = [req, rank, job, job.scheduled, job.scheduled + 1]
+        else:
+            entry[4] += 1
+        job.scheduled += 1
+        self.count += 1
+        self.longest = max(self.longest, cost)
+        return cost
+
+    def anchor(self, req: _Request, rank: int, jobs: list[_Job], limit: int) -> None:
+        """The fair part: up to `limit` tokens of whole pieces of `req`, longest texts first."""
+        used = 0
+        for job in jobs:
+            assert job.pieces is not None
+            while job.scheduled < len(job.pieces):
+                cost = job.pieces[job.scheduled].tokens
+                if used and used + cost > limit:
+                    self.anchored = True
+                    return
+                if not self._room(cost):
+                    self.anchored = self.full = True
+                    return
+                used += self._add(req, rank, job)
+        self.anchored = self.anchored or used > 0
+
+    def fill(self, candidates: list[tuple[int, _Request, _Job]]) -> None:
+        """Work-conserving: add, one at a time, the pending piece that wastes least padding.
+
+        A piece no longer than the round's longest wastes (longest - its length); a longer one
+        pads every piece already in by the difference. Among equal waste, the older request.
+        """
+        below: list[tuple[int, int, int]] = []  # (tokens, -rank, i), ascending: best at the end
+        above: list[tuple[int, int, int]] = []  # (tokens, rank, i): best = smallest
+        items = candidates
+
+        def offer(i: int) -> None:
+            rank, _, job = items[i]
+            assert job.pieces is not None
+            if job.scheduled >= len(job.pieces):
+                return
+            cost = job.pieces[job.scheduled].tokens
+            if cost <= self.longest:
+                bisect.insort(below, (cost, -rank, i))
+            else:
+                heapq.heappush(above, (cost, rank, i))
+
+        for i in range(len(items)):
+            offer(i)
+        while not self.full:
+            while above and above[0][0] <= self.longest:  # the round grew past it
+                cost, rank, i = heapq.heappop(above)
+                bisect.insort(below, (cost, -rank, i))
+            waste_below = self.longest - below[-1][0] if below else None
+            waste_above = self.count * (above[0][0] - self.longest) if above else None
+            if waste_below is None and waste_above is None:
+                return
+            use_below = waste_above is None or (
+                waste_below is not None and waste_below <= waste_above
+            )
+            cost = below[-1][0] if use_below else above[0][0]
+            if not self._room(cost):
+                if use_below or not below:
+                    self.full = True
+                    return
+                above.clear()  # nothing longer fits any more; shorter pieces still might
+                continue
+            i = below.pop()[2] if use_below else heapq.heappop(above)[2]
+            rank, req, job = items[i]
+            self._add(req, rank, job)
+            offer(i)  # the same text's next window, if it has one
+
+    def slices(self) -> list[_Slice]:
+        """Per request (the one each job was taken for), its job ranges, in rank order."""
+        grouped: dict[int, tuple[int, _Request, list[tuple[_Job, int, int]]]] = {}
+        for req, rank, job, start, end in self._ranges.values():
+            grouped.setdefault(id(req), (rank, req, []))[2].append((job, start, end))
+        return [(req, ranges) for _, req, ranges in sorted(grouped.values(), key=lambda g: g[0])]
 
 
 class DynamicBatcher:
@@ -253,60 +356,65 @@ class DynamicBatcher:
                 self._cond.wait()
 
     def _take_locked(self) -> list[_Slice]:
-        taken: list[_Slice] = []
-        count = longest = 0
-        full = False  # the round is one padded batch: count x its longest piece <= round_tokens
+        """One round: the least recently served request's slice, then the rest of the padded
+        budget filled with whichever pending pieces pad least against it.
+
+        Why not a slice from every request in turn: each request hands over its own longest
+        texts, and eight requests' longest texts differ, so every round padded to the longest of
+        a mixed set (padding efficiency 0.93 against 0.99 for one global sort); and a request
+        alone got only its slice per round, a quarter of a pass (128 texts in one request ran in
+        57 passes where a global sort needs 13). Fairness stays with the anchor: a request not
+        served in a round moves ahead of every request that was, so it anchors a round within
+        as many rounds as there are active requests (in practice the next one or two: the fill
+        serves most requests every round), and a newcomer anchors the very next round.
+        """
         self._active = [r for r in self._active if r.live]  # drop finished requests
-        # Least recently served first (never served: first), then arrival order.
         self._round += 1
-        for req in sorted(self._active, key=lambda r: (r.turn, r.seq)):
-            ranges: list[tuple[_Job, int, int]] = []
-            used = 0  # a slice takes whole pieces while they fit, and at least one
-            # A request whose remaining work fits in a round finishes in this round: a small
-            # request is answered after one round, not after several slices of its own.
-            limit = self.round_tokens if self._fits(req) else self.slice_tokens
-            for job in _longest_first(req.jobs):
-                assert job.pieces is not None
-                start = end = job.scheduled
-                while end < len(job.pieces):
-                    cost = job.pieces[end].tokens
-                    if used and used + cost > limit:
-                        break
-                    # Bounded by padded size, not by real tokens: a round that overflows the
-                    # encoder's batch budget by one piece became a batch of 8 and one of 2,
-                    # and small batches waste this CPU (measured 15 % slower overall).
-                    if count and (
-                        count >= self.max_round_pieces
-                        or (count + 1) * max(longest, cost) > self.round_tokens
-                    ):
-                        full = True
-                        break
-                    used += cost
-                    count += 1
-                    longest = max(longest, cost)
-                    end += 1
-                if end > start:
-                    job.scheduled = end
-                    ranges.append((job, start, end))
-                if full or end < len(job.pieces):
-                    break  # the slice (or the round) is full
-            if ranges:
-                if req.turn == -1 and req.timings is not None:
-                    req.timings.queue_s = time.perf_counter() - req.submitted
-                req.turn = self._round
-                taken.append((req, ranges))
-            if full:
+        # Least recently served first (never served: first), then arrival order.
+        order = sorted(self._active, key=lambda r: (r.turn, r.seq))
+        rnd = _RoundBuilder(self.round_tokens, self.max_round_pieces)
+        for rank, req in enumerate(order):
+            if rnd.anchored:
                 break
+            # A request with at most a slice left is served whole in the round it anchors (a
+            # small request is answered after one round); otherwise its longest piece anchors
+            # the round and the fill adds what pads least (whole requests of mixed lengths as
+            # anchors padded every round to their longest: 0.956 against 0.973).
+            limit = self.slice_tokens if self._fits(req, self.slice_tokens) else 1
+            rnd.anchor(req, rank, _longest_first(req.jobs), limit)
+        if rnd.anchored and not rnd.full:
+            rnd.fill(self._candidates(order))
+        taken = rnd.slices()
+        for req, _ in taken:
+            if req.turn == -1 and req.timings is not None:
+                req.timings.queue_s = time.perf_counter() - req.submitted
+            req.turn = self._round
         return taken
 
-    def _fits(self, req: _Request) -> bool:
+    def _candidates(self, order: list[_Request]) -> list[tuple[int, _Request, _Job]]:
+        """(rank, request, job) of schedulable jobs, oldest requests first, bounded: a round
+        never needs more than a few times the pieces it can hold."""
+        out: list[tuple[int, _Request, _Job]] = []
+        seen: set[int] = set()
+        cap = max(256, 4 * min(self.max_round_pieces, 1024))
+        for rank, req in enumerate(order):
+            for job in req.jobs:
+                if job.schedulable and id(job) not in seen:
+                    seen.add(id(job))
+                    out.append((rank, req, job))
+            if len(out) >= cap:
+                break
+        return out
+
+    @staticmethod
+    def _fits(req: _Request, tokens: int) -> bool:
         left = 0
         for job in req.jobs:
             if job.schedulable:
                 assert job.pieces is not None
                 for p in job.pieces[job.scheduled :]:
                     left += p.tokens
-                    if left > self.round_tokens:
+                    if left > tokens:
                         return False
         return True
 
