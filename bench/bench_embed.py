@@ -108,11 +108,13 @@ def completion(rng: random.Random, target: int, count: Callable[[str], int]) -> 
 def groups_of_texts(
     seed: int, n: int, lo: int, hi: int, dup_rate: float, count: Callable[[str], int]
 ) -> list[str]:
-    """n texts in groups of 8; in each group round(dup_rate*8) slots copy another completion."""
+    """n texts in groups of 8 where a share `dup_rate` of all slots copy another completion of
+    their group: the copies are spread over the groups (0.3 -> 2 or 3 a group, 38 of 128), so
+    the share is dup_rate, not round(dup_rate * 8) / 8 (which made "30 %" 25 %)."""
     rng = random.Random(seed)
     out: list[str] = []
-    dups = round(dup_rate * GROUP)
-    for _ in range(math.ceil(n / GROUP)):
+    for g in range(math.ceil(n / GROUP)):
+        dups = round((g + 1) * GROUP * dup_rate) - round(g * GROUP * dup_rate)
         uniq = [
             completion(rng, int(math.exp(rng.uniform(math.log(lo), math.log(hi)))), count)
             for _ in range(GROUP - dups)

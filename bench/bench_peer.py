@@ -34,18 +34,14 @@ If infinity-emb cannot be started, the run says so with its error text and goes 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import datetime as dt
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 # First: it keeps the user's environment for the served processes (USER_ENV), then sets the
@@ -54,6 +50,7 @@ import bench_first_contact as fc  # noqa: E402
 
 # isort: split
 from bench_embed import free_port, groups_of_texts  # noqa: E402
+from httpload import CONNECTIONS, PER_REQUEST, Connections, Loop  # noqa: E402
 from paired import ratio_ci  # noqa: E402
 from roofline import FlopModel, peak_gflops  # noqa: E402
 
@@ -61,87 +58,6 @@ from reweighter.launch import stop, wait_http  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PEER_BIN = ROOT / ".peer-venv" / "bin" / "infinity_emb"
-PER_REQUEST, CONNECTIONS = fc.PER_REQUEST, fc.CONNECTIONS  # 16 texts, 8 connections
-
-
-class Loop:
-    """One long-lived event loop in a daemon thread: the clients live on it across rounds."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        threading.Thread(target=self.loop.run_forever, daemon=True).start()
-
-    def call(self, coro: Coroutine[Any, Any, Any]) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
-
-
-class Connections:
-    """CONNECTIONS persistent keep-alive connections to one server (a client of one connection
-    each), fed from one queue of requests of PER_REQUEST texts."""
-
-    def __init__(self, loop: Loop, url: str, path: str, body: Callable[[list[str]], dict],
-                 touch: str) -> None:  # fmt: skip
-        import httpx
-
-        self.loop, self.path, self.body, self.touch_path = loop, path, body, touch
-        self.timing = False
-        self.connects = 0  # TCP connects made inside timed batches
-        limits = httpx.Limits(max_connections=1, max_keepalive_connections=1, keepalive_expiry=None)
-
-        async def make() -> list[httpx.AsyncClient]:
-            return [httpx.AsyncClient(base_url=url, timeout=600, limits=limits)
-                    for _ in range(CONNECTIONS)]  # fmt: skip
-
-        self.clients = loop.call(make())
-
-    async def _trace(self, name: str, info: dict) -> None:
-        if self.timing and name == "connection.connect_tcp.complete":
-            self.connects += 1
-
-    async def _touch(self) -> None:
-        await asyncio.gather(*(c.get(self.touch_path) for c in self.clients))
-
-    def post(self, texts: list[str]) -> list[Any]:
-        """One request of `texts` (untimed: the vector check); the JSON answer."""
-
-        async def run() -> Any:
-            r = await self.clients[0].post(self.path, json=self.body(texts))
-            r.raise_for_status()
-            return r.json()
-
-        return self.loop.call(run())
-
-    def embed(self, texts: list[str]) -> float:
-        """Seconds to embed `texts` as requests of PER_REQUEST over the CONNECTIONS clients."""
-
-        async def run() -> float:
-            await self._touch()  # idle connections the server closed are reopened here, untimed
-            queue: asyncio.Queue[list[str]] = asyncio.Queue()
-            for i in range(0, len(texts), PER_REQUEST):
-                queue.put_nowait(texts[i : i + PER_REQUEST])
-            ext = {"trace": self._trace}
-
-            async def connection(client) -> None:  # noqa: ANN001 - an httpx.AsyncClient
-                while not queue.empty():
-                    r = await client.post(self.path, json=self.body(queue.get_nowait()),
-                                          extensions=ext)  # fmt: skip
-                    r.raise_for_status()
-
-            self.timing = True
-            t = time.perf_counter()
-            try:
-                await asyncio.gather(*(connection(c) for c in self.clients))
-                return time.perf_counter() - t
-            finally:
-                self.timing = False
-
-        return self.loop.call(run())
-
-    def close(self) -> None:
-        async def run() -> None:
-            await asyncio.gather(*(c.aclose() for c in self.clients))
-
-        self.loop.call(run())
 
 
 class Infinity:

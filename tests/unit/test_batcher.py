@@ -306,7 +306,8 @@ async def test_a_round_is_one_padded_batch_of_alike_lengths() -> None:
     assert sum(len(c) for c in rounds) == sum(len(r) for r in reqs)  # every text once
     for call in rounds:
         lengths = [tokens[t] for t in call]
-        assert len(call) == 1 or len(call) * max(lengths) <= 480, lengths
+        # (the last round may take a left-over tail of up to a quarter more: see below)
+        assert len(call) == 1 or len(call) * max(lengths) <= 480 * 5 // 4, lengths
     for texts in reqs:  # each request's texts reach the model longest first
         order = [t for call in rounds for t in call if t in texts]
         assert [tokens[t] for t in order] == sorted((tokens[t] for t in texts), reverse=True)
@@ -350,7 +351,7 @@ async def test_a_request_alone_runs_in_full_passes() -> None:
         await emb.aclose()
     pieces = view.split(texts)
     assert sum(p.tokens for p in pieces) > 3 * emb.batcher.round_tokens  # several rounds
-    assert len(rec.calls) == len(view._batches(pieces))
+    assert len(rec.calls) <= len(view._batches(pieces))  # (a small tail joins the last pass)
     np.testing.assert_allclose(got, bundled_encoder().encode(texts), atol=1e-5)
 
 
@@ -384,9 +385,9 @@ async def test_concurrent_requests_pad_nearly_as_little_as_one_global_sort() -> 
     real, padded = _padded(view, rounds)
     assert padded <= 1.05 * sorted_padded, (real / padded, real / sorted_padded)
     assert len(rounds) <= len(batches) + 1
-    for call in rounds:  # still one padded batch a round
+    for call in rounds:  # still one padded batch a round (the last: up to a quarter more)
         lengths = view.count_tokens(call)
-        assert len(call) * max(lengths) <= emb.batcher.round_tokens
+        assert len(call) * max(lengths) <= emb.batcher.round_tokens * 5 // 4
     for texts, vecs in zip(reqs, got, strict=True):
         np.testing.assert_allclose(vecs, bundled_encoder().encode(texts), atol=1e-5)
 
@@ -412,3 +413,27 @@ async def test_a_newcomer_of_other_lengths_anchors_the_next_round() -> None:
         gate.set()
         await emb.aclose()
     assert set(shorts) <= set(rec.calls[1])
+
+
+async def test_a_small_tail_joins_the_last_round_instead_of_a_pass_of_its_own() -> None:
+    """Work that overflows a round by at most a quarter runs as one pass: a pass of a few
+    left-over pieces costs about a third of a full one."""
+    view = fresh_view()
+    view.max_batch_tokens = 10_000
+    rec = SliceRecorder(view, threading.Event())
+    rec.gate.set()
+    emb = CachingEmbedder(rec, cache=None, slice_tokens=150)  # a round: 600 padded tokens
+    texts = [f"answer {i}: " + "the sum is four " * 12 for i in range(12)]
+    lengths = view.count_tokens(texts)
+    assert len(set(lengths)) == 1
+    assert 600 < 12 * lengths[0] <= 750
+    try:
+        got = await emb.aencode(texts)
+        assert len(rec.calls) == 1
+        more = [f"other {i}: " + "the sum is five " * 12 for i in range(16)]
+        assert 16 * max(view.count_tokens(more)) > 750
+        await emb.aencode(more)
+        assert len(rec.calls) == 3  # beyond a quarter: a round and a second pass
+    finally:
+        await emb.aclose()
+    np.testing.assert_allclose(got, bundled_encoder().encode(texts), atol=1e-5)

@@ -199,6 +199,27 @@ class _RoundBuilder:
             self._add(req, rank, job)
             offer(i)  # the same text's next window, if it has one
 
+    def take_tail(self, candidates: list[tuple[int, _Request, _Job]]) -> None:
+        """`candidates` is all pending work: take what is left if that overflows the round by
+        at most a quarter. Why: a pass of 1-3 left-over pieces after a full one costs a third
+        of a full pass (measured: 42-97 ms against 330-420 ms on 2 cores)."""
+        left = [
+            (rank, req, job)
+            for rank, req, job in candidates
+            for _ in range(job.scheduled, len(job.pieces or ()))
+        ]
+        if not left or not self.count:
+            return
+        longest = max(
+            self.longest, *(job.pieces[k].tokens for _, _, job in left  # type: ignore[index]
+                            for k in range(job.scheduled, len(job.pieces)))  # type: ignore[arg-type]
+        )  # fmt: skip
+        rows = self.count + len(left)
+        if rows > self.max_pieces or rows * longest > self.tokens + self.tokens // 4:
+            return
+        for rank, req, job in left:
+            self._add(req, rank, job)
+
     def slices(self) -> list[_Slice]:
         """Per request (the one each job was taken for), its job ranges, in rank order."""
         grouped: dict[int, tuple[int, _Request, list[tuple[_Job, int, int]]]] = {}
@@ -383,7 +404,10 @@ class DynamicBatcher:
             limit = self.slice_tokens if self._fits(req, self.slice_tokens) else 1
             rnd.anchor(req, rank, _longest_first(req.jobs), limit)
         if rnd.anchored and not rnd.full:
-            rnd.fill(self._candidates(order))
+            candidates, complete = self._candidates(order)
+            rnd.fill(candidates)
+            if complete:
+                rnd.take_tail(candidates)
         taken = rnd.slices()
         for req, _ in taken:
             if req.turn == -1 and req.timings is not None:
@@ -391,9 +415,9 @@ class DynamicBatcher:
             req.turn = self._round
         return taken
 
-    def _candidates(self, order: list[_Request]) -> list[tuple[int, _Request, _Job]]:
+    def _candidates(self, order: list[_Request]) -> tuple[list[tuple[int, _Request, _Job]], bool]:
         """(rank, request, job) of schedulable jobs, oldest requests first, bounded: a round
-        never needs more than a few times the pieces it can hold."""
+        never needs more than a few times the pieces it can hold; and whether that is all."""
         out: list[tuple[int, _Request, _Job]] = []
         seen: set[int] = set()
         cap = max(256, 4 * min(self.max_round_pieces, 1024))
@@ -403,11 +427,16 @@ class DynamicBatcher:
                     seen.add(id(job))
                     out.append((rank, req, job))
             if len(out) >= cap:
-                break
-        return out
+                return out, rank == len(order) - 1
+        return out, True
+
+    @classmethod
+    def _fits(cls, req: _Request, tokens: int) -> bool:
+        return cls._left(req, tokens) <= tokens
 
     @staticmethod
-    def _fits(req: _Request, tokens: int) -> bool:
+    def _left(req: _Request, tokens: int) -> int:
+        """Tokens `req` has left to schedule, counted up to just past `tokens`."""
         left = 0
         for job in req.jobs:
             if job.schedulable:
@@ -415,8 +444,8 @@ class DynamicBatcher:
                 for p in job.pieces[job.scheduled :]:
                     left += p.tokens
                     if left > tokens:
-                        return False
-        return True
+                        return left
+        return left
 
     def _run(self) -> None:
         while (round_ := self._take()) is not None:
