@@ -235,10 +235,14 @@ def first_contact(args: argparse.Namespace) -> None:  # noqa: C901 - reads top t
         print("recompile refused:", line)
 
 
-def _spec_env(spec: str) -> dict[str, str]:
-    """`precision=int8,compile=off` -> {"REWEIGHTER_PRECISION": "int8", ...}."""
+def _spec_env(spec: str) -> tuple[dict[str, str], str | None]:
+    """`precision=int8,compile=off` -> ({"REWEIGHTER_PRECISION": "int8", ...}, None);
+    `pythonpath=DIR` serves another checkout's code (DIR = its services/reweighter), e.g. the
+    commit before a default changed, against today's default."""
     pairs = [kv.split("=", 1) for kv in spec.split(",") if kv]
-    return {f"REWEIGHTER_{k.strip().upper()}": v.strip() for k, v in pairs}
+    env = {f"REWEIGHTER_{k.strip().upper()}": v.strip() for k, v in pairs if k != "pythonpath"}
+    path = next((v.strip() for k, v in pairs if k == "pythonpath"), None)
+    return env, path
 
 
 def paired(args: argparse.Namespace) -> None:  # noqa: C901 - reads top to bottom
@@ -272,7 +276,8 @@ def paired(args: argparse.Namespace) -> None:  # noqa: C901 - reads top to botto
         base.embed(groups_of_texts(77, 32, 150, 210, 0.0, count))
         plain.encode(groups_of_texts(78, 32, 150, 210, 0.0, count), batch_size=32)
         for k, spec in enumerate(args.pair):
-            other = Served(_spec_env(spec))
+            env, path = _spec_env(spec)
+            other = Served(env, pythonpath=path)
             try:
                 info = httpx.get(other.url + "/v1/info", timeout=10).json()
                 notes.append(f"`{spec}`: ready after {other.ready_s:.1f} s, /v1/info precision "
