@@ -65,8 +65,9 @@ class Settings(BaseSettings):
     max_queue: int = Field(1024, description="requests waiting or running before 429")
     slice_tokens: int | None = Field(
         None,
-        description="tokens one request gets per scheduling round (fairness: a huge request "
-        "is served in slices between others); unset = a per-device default (docs/embedding.md)",
+        description="a request with at most this many tokens left is served whole in the round "
+        "it anchors; a round holds 4 x slice_tokens padded tokens (fairness: a huge request "
+        "advances between others); unset = a per-device default (docs/embedding.md)",
     )
 
     @field_validator("compile", mode="before")

@@ -67,8 +67,10 @@ def connect(
     built on first use from `settings`, a Settings or overrides of the environment's, e.g.
     {"long_text": "tail"}; needs `reweighter[server]`).
 
-    `timeout_s` bounds each reweight/embed/info call (default DEFAULT_TIMEOUT_S); members wait
-    by their own `timeout_s`. The HTTP client also has `ready`/`wait_ready`."""
+    `timeout_s` bounds each reweight/embed/info call over the network (default
+    DEFAULT_TIMEOUT_S); members wait by their own `timeout_s`. In process there is no network
+    to wait for, so `timeout_s` and `api_key` do not apply there: a call runs to completion (or
+    raises). The HTTP client also has `ready`/`wait_ready`."""
     timeout = DEFAULT_TIMEOUT_S if timeout_s is None else float(timeout_s)
     if url.startswith(("http://", "https://")):
         from .http import ReweighterClient

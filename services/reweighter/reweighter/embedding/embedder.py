@@ -17,10 +17,10 @@ from reweighter.embedding.batcher import DynamicBatcher
 from reweighter.embedding.cache import EmbeddingCache, cache_key
 from reweighter.errors import InvalidInput
 
-# Tokens one request may put into a scheduling round (DynamicBatcher): the unit of fairness.
-# CPU: 512 tokens (two full windows) is 0.1-0.3 s of MiniLM on 2 cores, so a small request that
-# arrives while a huge one encodes waits about one slice plus its own work. A GPU does 32k
-# tokens in milliseconds.
+# The unit of fairness of the DynamicBatcher: a request with at most this many tokens left is
+# served whole in the round it anchors, and a round is 4 slices of padded tokens. CPU: a round
+# of 2048 tokens is ~0.3 s of MiniLM on 2 cores, so a small request that arrives while a huge
+# one encodes waits about one round plus its own work. A GPU does 32k tokens in milliseconds.
 CPU_SLICE_TOKENS = 512
 CUDA_SLICE_TOKENS = 32768
 
