@@ -40,9 +40,9 @@ class Settings(BaseSettings):
     max_seq_length: int | None = Field(None, description="override the encoder window (tokens)")
     compile: Literal["auto", "on", "off"] = Field(
         "auto",
-        description="torch.compile the encoder: 'auto' compiles on a GPU in the background "
-        "(eager until it is warm) and stays eager on CPU, where compiling measured slower; "
-        "'on' compiles before ready on any device",
+        description="torch.compile the encoder: 'auto' compiles in the background (eager "
+        "until it is warm) on a GPU and on CPUs with AVX-512 at fp32, and stays eager on "
+        "AVX2-only CPUs, where compiling measured slower; 'on' compiles before ready anywhere",
     )
     precision: Literal["auto", "fp32", "int8", "fp16", "bf16"] = Field(
         "auto",

@@ -40,10 +40,11 @@ def build_cache(settings: Settings) -> EmbeddingCache | None:
 def compile_mode(settings: Settings) -> str:
     """`Settings.compile` (flag --compile, env REWEIGHTER_COMPILE): auto | on | off.
 
-    `auto` (the default): on a GPU, serve the eager model at once and swap the torch.compile'd
-    one in when its background compile is warm, so nobody has to know about compiling to get
-    its speed; on CPU, eager (the compiled forward measured slower there). `on` compiles
-    before the service is ready, on any device; `off` stays eager.
+    `auto` (the default): on a GPU and on CPUs with AVX-512 (fp32), serve the eager model at
+    once and swap the torch.compile'd one in when its background compile is warm, so nobody
+    has to know about compiling to get its speed; on AVX2-only CPUs, eager (the compiled
+    forward measured slower there). `on` compiles before the service is ready, on any device;
+    `off` stays eager.
     """
     return str(settings.compile)
 
