@@ -90,6 +90,7 @@ class Served:
         self.compile_s: float | None = None
         self.fallback_lines: list[str] = []
         self.conns: Connections | None = None
+        self.per_request = PER_REQUEST  # texts a request (--per-request)
         threading.Thread(target=self._watch, daemon=True).start()
         self.ready_s = self._wait_ready()
 
@@ -113,7 +114,7 @@ class Served:
         if self.conns is None:
             self.conns = Connections(_LOOP.get(), self.url, "/v1/embed",
                                      lambda t: {"inputs": t}, "/readyz")  # fmt: skip
-        return self.conns.embed(texts)
+        return self.conns.embed(texts, self.per_request)
 
     def close(self) -> None:
         if self.conns is not None:
@@ -277,6 +278,7 @@ def paired(args: argparse.Namespace) -> None:  # noqa: C901 - reads top to botto
 
     peaks, load0 = [peak_gflops()], os.getloadavg()[0]
     base = Served()
+    base.per_request = args.per_request
     if auto_compiles("auto"):  # the default compiles in the background here: pair with that
         deadline = time.monotonic() + args.compile_wait
         while base.compiled_at is None and time.monotonic() < deadline:
@@ -289,6 +291,7 @@ def paired(args: argparse.Namespace) -> None:  # noqa: C901 - reads top to botto
         for k, spec in enumerate(args.pair):
             env, path = _spec_env(spec)
             other = Served(env, pythonpath=path)
+            other.per_request = args.per_request
             try:
                 info = httpx.get(other.url + "/v1/info", timeout=10).json()
                 notes.append(f"`{spec}`: ready after {other.ready_s:.1f} s, /v1/info precision "
@@ -332,7 +335,7 @@ def paired(args: argparse.Namespace) -> None:  # noqa: C901 - reads top to botto
     peaks.append(peak_gflops())
     peak = max(peaks)
     print(f"\n### Paired, interleaved rounds: variants of `reweighter serve` against the default, "
-          f"{args.rounds} rounds of {args.n} texts\n")  # fmt: skip
+          f"{args.rounds} rounds of {args.n} texts, requests of {args.per_request}\n")  # fmt: skip
     print(f"sgemm peak {peak:.0f} GFLOP/s (best of {', '.join(f'{x:.0f}' for x in peaks)}); "
           f"load average {load0:.2f} -> {os.getloadavg()[0]:.2f}; default ready after "
           f"{base.ready_s:.1f} s" + (f", its compiled encoder in after {base.compiled_at:.0f} s"
@@ -427,6 +430,9 @@ def main() -> None:
                     "precision=int8, compile=on, ... (repeatable)")  # fmt: skip
     ap.add_argument("--rounds", type=int, default=5, help="paired rounds per --pair scenario")
     ap.add_argument("--pair-only", action="store_true", help="only the --pair comparisons")
+    ap.add_argument("--per-request", type=int, default=PER_REQUEST,
+                    help="texts a request in the paired rounds (128: one request per batch, "
+                    "as a trainer sending a whole batch)")  # fmt: skip
     args = ap.parse_args()
     if not args.fairness_only and not args.pair_only:
         first_contact(args)

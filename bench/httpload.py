@@ -67,14 +67,14 @@ class Connections:
 
         return self.loop.call(run())
 
-    def embed(self, texts: list[str]) -> float:
-        """Seconds to embed `texts` as requests of PER_REQUEST over the CONNECTIONS clients."""
+    def embed(self, texts: list[str], per_request: int = PER_REQUEST) -> float:
+        """Seconds to embed `texts` as requests of `per_request` over the CONNECTIONS clients."""
 
         async def run() -> float:
             await self._touch()  # idle connections the server closed are reopened here, untimed
             queue: asyncio.Queue[list[str]] = asyncio.Queue()
-            for i in range(0, len(texts), PER_REQUEST):
-                queue.put_nowait(texts[i : i + PER_REQUEST])
+            for i in range(0, len(texts), per_request):
+                queue.put_nowait(texts[i : i + per_request])
             ext = {"trace": self._trace}
 
             async def connection(client) -> None:  # noqa: ANN001 - an httpx.AsyncClient
