@@ -203,22 +203,21 @@ class _RoundBuilder:
         """`candidates` is all pending work: take what is left if that overflows the round by
         at most a quarter. Why: a pass of 1-3 left-over pieces after a full one costs a third
         of a full pass (measured: 42-97 ms against 330-420 ms on 2 cores)."""
-        left = [
-            (rank, req, job)
-            for rank, req, job in candidates
-            for _ in range(job.scheduled, len(job.pieces or ()))
-        ]
-        if not left or not self.count:
+        if not self.count:
             return
-        longest = max(
-            self.longest, *(job.pieces[k].tokens for _, _, job in left  # type: ignore[index]
-                            for k in range(job.scheduled, len(job.pieces)))  # type: ignore[arg-type]
-        )  # fmt: skip
-        rows = self.count + len(left)
-        if rows > self.max_pieces or rows * longest > self.tokens + self.tokens // 4:
-            return
-        for rank, req, job in left:
-            self._add(req, rank, job)
+        limit = self.tokens + self.tokens // 4
+        rows, longest = self.count, self.longest
+        for _, _, job in candidates:  # stops as soon as it cannot fit: a huge text costs O(1)
+            assert job.pieces is not None
+            for k in range(job.scheduled, len(job.pieces)):
+                rows += 1
+                longest = max(longest, job.pieces[k].tokens)
+                if rows > self.max_pieces or rows * longest > limit:
+                    return
+        for rank, req, job in candidates:
+            assert job.pieces is not None
+            while job.scheduled < len(job.pieces):
+                self._add(req, rank, job)
 
     def slices(self) -> list[_Slice]:
         """Per request (the one each job was taken for), its job ranges, in rank order."""
