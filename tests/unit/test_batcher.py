@@ -184,6 +184,26 @@ class SliceRecorder(Encoder):
         return self.inner.pool(pieces, vecs)
 
 
+async def queued_behind_a_held_request(
+    emb: CachingEmbedder, rec: SliceRecorder, reqs: list[list[str]]
+) -> list[np.ndarray]:
+    """Queue `reqs` while a first request holds the worker at the gate, then let all run: the
+    rounds form from everything queued at once, deterministically."""
+    try:
+        first = asyncio.create_task(emb.aencode(["held at the gate"]))
+        await wait_for(rec.entered.is_set)
+        tasks = [asyncio.create_task(emb.aencode(texts)) for texts in reqs]
+        queued = len(reqs) + 1
+        await wait_for(lambda: emb.batcher.pending == queued and emb.batcher.preparing == 0)
+        rec.gate.set()
+        got = await asyncio.gather(*tasks)
+        await first
+    finally:
+        rec.gate.set()
+        await emb.aclose()
+    return list(got)
+
+
 def huge_text(windows: int) -> str:
     words = " ".join(f"step {i}: {i} + {i} = {2 * i}." for i in range(windows * 40))
     return words
@@ -291,17 +311,7 @@ async def test_a_round_is_one_padded_batch_of_alike_lengths() -> None:
     sizes = [3, 40, 12, 25, 6, 33]  # text order is not length order
     reqs = [[" ".join(f"r{r} w{i}" for i in range(n)) for n in sizes] for r in range(4)]
     tokens = {t: c for texts in reqs for t, c in zip(texts, view.count_tokens(texts), strict=True)}
-    try:
-        first = asyncio.create_task(emb.aencode(["held at the gate"]))
-        await wait_for(rec.entered.is_set)
-        tasks = [asyncio.create_task(emb.aencode(texts)) for texts in reqs]
-        await wait_for(lambda: emb.batcher.pending == 5 and emb.batcher.preparing == 0)
-        gate.set()
-        got = await asyncio.gather(*tasks)
-        await first
-    finally:
-        gate.set()
-        await emb.aclose()
+    got = await queued_behind_a_held_request(emb, rec, reqs)
     rounds = rec.calls[1:]
     assert sum(len(c) for c in rounds) == sum(len(r) for r in reqs)  # every text once
     for call in rounds:
@@ -365,17 +375,7 @@ async def test_concurrent_requests_pad_nearly_as_little_as_one_global_sort() -> 
     rec = SliceRecorder(view, gate)
     emb = CachingEmbedder(rec, cache=None, slice_tokens=150)
     reqs = [_mixed_texts(12, seed=10 + r) for r in range(8)]
-    try:
-        first = asyncio.create_task(emb.aencode(["held at the gate"]))
-        await wait_for(rec.entered.is_set)
-        tasks = [asyncio.create_task(emb.aencode(texts)) for texts in reqs]
-        await wait_for(lambda: emb.batcher.pending == 9 and emb.batcher.preparing == 0)
-        gate.set()
-        got = await asyncio.gather(*tasks)
-        await first
-    finally:
-        gate.set()
-        await emb.aclose()
+    got = await queued_behind_a_held_request(emb, rec, reqs)
     rounds = rec.calls[1:]
     everything = [t for texts in reqs for t in texts]
     assert sorted(t for call in rounds for t in call) == sorted(everything)  # each text once
