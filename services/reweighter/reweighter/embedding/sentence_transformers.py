@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 import torch
 
-from reweighter.embedding.base import Encoder, Piece
+from reweighter.embedding.base import Encoder, Piece, with_tail
 from reweighter.types import LongTextPolicy
 
 if TYPE_CHECKING:
@@ -383,14 +383,12 @@ class SentenceTransformerEncoder(Encoder):
             current.append(i)
         if current:
             batches.append(current)
-        if len(batches) > 1:  # a left-over tail joins the last full batch (<= 1.25 x budget):
-            # a pass of 1-3 pieces costs a third of a full one (measured on 2 cores), and the
-            # batcher forms its last round by the same rule
+        if len(batches) > 1:  # a left-over tail joins the last full batch (base.with_tail)
             last, prev = batches[-1], batches[-2]
             rows = len(prev) + len(last)
             if (
                 rows <= self.max_batch_size
-                and rows * pieces[prev[0]].tokens <= self.max_batch_tokens * 5 // 4
+                and rows * pieces[prev[0]].tokens <= with_tail(self.max_batch_tokens)
             ):
                 batches[-2:] = [prev + last]
         return batches
