@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import re
 import statistics
@@ -52,19 +53,10 @@ from roofline import FlopModel, peak_gflops  # noqa: E402
 from reweighter.launch import stop, wait_http  # noqa: E402
 
 
-class _OneLoop:
+@functools.cache
+def client_loop() -> Loop:
     """The benchmark's one client event loop, started on first use."""
-
-    def __init__(self) -> None:
-        self._loop: Loop | None = None
-
-    def get(self) -> Loop:
-        if self._loop is None:
-            self._loop = Loop()
-        return self._loop
-
-
-_LOOP = _OneLoop()
+    return Loop()
 
 
 class Served:
@@ -112,9 +104,16 @@ class Served:
         once and reused (bench/httpload.py: a client made per batch charged its own set-up,
         ~0.2 s, to the server)."""
         if self.conns is None:
-            self.conns = Connections(_LOOP.get(), self.url, "/v1/embed",
+            self.conns = Connections(client_loop(), self.url, "/v1/embed",
                                      lambda t: {"inputs": t}, "/readyz")  # fmt: skip
         return self.conns.embed(texts, self.per_request)
+
+    def wait_compiled(self, timeout: float) -> bool:
+        """Wait until the service logs that its compiled encoder is in; whether it did."""
+        deadline = time.monotonic() + timeout
+        while self.compiled_at is None and time.monotonic() < deadline:
+            time.sleep(1)
+        return self.compiled_at is not None
 
     def close(self) -> None:
         if self.conns is not None:
@@ -203,13 +202,9 @@ def first_contact(args: argparse.Namespace) -> None:  # noqa: C901 - reads top t
         compiles = args.compile == "on" or (args.compile != "off" and auto_compiles("auto"))
         phases = ["after ready"] + (["compiled"] if compiles else [])
         for phase in phases:
-            if phase == "compiled":
-                deadline = time.monotonic() + args.compile_wait
-                while svc.compiled_at is None and time.monotonic() < deadline:
-                    time.sleep(1)
-                if svc.compiled_at is None:
-                    print(f"compiled encoder not in after {args.compile_wait} s: phase skipped")
-                    break
+            if phase == "compiled" and not svc.wait_compiled(args.compile_wait):
+                print(f"compiled encoder not in after {args.compile_wait} s: phase skipped")
+                break
             peaks.append(peak_gflops())  # the ceiling moves with the load: the best seen
             for scenario, dup in (("fresh", 0.0), ("dup", 0.3)):
                 ratios, svc_s, plain_s, best_s, states = [], [], [], [], []
@@ -330,9 +325,7 @@ def paired(args: argparse.Namespace) -> None:  # noqa: C901 - reads top to botto
     base = Served()
     base.per_request = args.per_request
     if auto_compiles("auto"):  # the default compiles in the background here: pair with that
-        deadline = time.monotonic() + args.compile_wait
-        while base.compiled_at is None and time.monotonic() < deadline:
-            time.sleep(1)
+        base.wait_compiled(args.compile_wait)
     rows: list[tuple] = []
     notes: list[str] = []
     try:

@@ -134,9 +134,7 @@ def main() -> None:  # noqa: C901 - reads top to bottom
     from reweighter.embedding.sentence_transformers import auto_compiles
 
     if auto_compiles("auto"):  # the default compiles in the background here: wait for it
-        deadline = time.monotonic() + 400
-        while svc.compiled_at is None and time.monotonic() < deadline:
-            time.sleep(1)
+        svc.wait_compiled(400)
         print(f"reweighter: compiled encoder in after {svc.compiled_at} s", flush=True)
     rw = Connections(loop, svc.url, "/v1/embed", lambda t: {"inputs": t}, "/readyz")
     inf: Infinity | None = None
