@@ -31,6 +31,7 @@ import numpy as np  # noqa: E402
 from bench_embed import groups_of_texts  # noqa: E402
 
 from reweighter.embedding.batcher import DynamicBatcher  # noqa: E402
+from reweighter.embedding.embedder import default_slice_tokens  # noqa: E402
 from reweighter.embedding.sentence_transformers import SentenceTransformerEncoder  # noqa: E402
 
 
@@ -55,7 +56,7 @@ class Recorder:
 async def scenario(enc: SentenceTransformerEncoder, rec: Recorder, reqs: list[list[str]]) -> tuple:
     rec.passes.clear()
     rec.gate.clear()
-    b = DynamicBatcher(enc, slice_tokens=512)
+    b = DynamicBatcher(enc, slice_tokens=default_slice_tokens(enc.device))  # as the service
     held = asyncio.create_task(b.submit(["held at the gate"]))
     while b.pending < 1 or b.preparing:
         await asyncio.sleep(0.005)
