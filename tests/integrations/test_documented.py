@@ -150,7 +150,9 @@ def test_slime_hook_path_and_environment_as_documented(tmp_path: Path, service, 
 
 # Not in the docs: SkyRL declares Python 3.12; on this suite's 3.11 its one missing piece is
 # provided first (tests/integrations/skyrl_py311.py says what and why).
-SKYRL_PY311 = f"import runpy; runpy.run_path({str(Path(__file__).with_name('skyrl_py311.py'))!r})\n"
+SKYRL_PY311 = (
+    f"import runpy; runpy.run_path({str(Path(__file__).with_name('skyrl_py311.py'))!r})['load']()\n"
+)
 
 SKYRL_DRIVER = r"""
 

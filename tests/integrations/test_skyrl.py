@@ -17,8 +17,10 @@ from reweighter.client import ReweighterClient
 from reweighter.integrations.skyrl import ReweighterPostprocessMixin, reweight_generator_output
 from reweighter.types import Group, ReweightRequest
 
-from . import skyrl_py311  # noqa: F401 - before SkyRL: its one Python 3.12 need (see it)
+from . import skyrl_py311
 
+pytest.importorskip("skyrl.train")
+skyrl_py311.load()  # SkyRL's modules, with the one Python 3.12 piece they need (see it)
 base = pytest.importorskip("skyrl.train.generators.base")
 GeneratorOutput = base.GeneratorOutput
 TrajectoryID = base.TrajectoryID
