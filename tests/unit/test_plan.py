@@ -7,7 +7,6 @@ Every expected round is computed by hand from the rule in reweighter/embedding/p
 from __future__ import annotations
 
 import copy
-import threading
 from dataclasses import dataclass, field
 
 import pytest
@@ -146,14 +145,6 @@ def test_the_tail_check_reads_a_huge_text_only_as_far_as_a_round() -> None:
     assert got == [Slice(got[0].request, (Range(job, 0, 8),))]
     assert Counted.reads <= 64  # the round's own 8 pieces, a few times over, not 3,000
     assert job.scheduled == 0
-
-
-def test_plan_runs_without_the_batcher_thread() -> None:
-    """The policy is importable and callable with no worker, loop or model (the point of
-    keeping it apart): no thread is started by planning."""
-    threads = threading.active_count()
-    plan([Req([J([3])], seq=1)], budget(10))
-    assert threading.active_count() == threads
 
 
 @pytest.mark.parametrize("rows", [1, 2, 3])
