@@ -27,7 +27,7 @@ PRELOAD = (
     "numpy", "torch", "transformers", "sentence_transformers", "pydantic", "pydantic_settings",
     "fastapi", "starlette", "uvicorn", "httpx", "grpc", "google.protobuf", "redis",
     "prometheus_client", "trl", "datasets", "accelerate", "matplotlib", "ray", "omegaconf",
-    "hydra", "aiohttp", "verl", "openrlhf", "skyrl_train",
+    "hydra", "aiohttp", "verl", "openrlhf", "skyrl",
 )  # fmt: skip
 
 

@@ -1,8 +1,9 @@
-"""SkyRL adapter against a live service, with the real skyrl-train types.
+"""SkyRL adapter against a live service, with the real SkyRL types and trainer.
 
-Real package, no doubles: `TrajectoryID`, `GeneratorOutput` and `RayPPOTrainer` come from
-skyrl-train 0.3.1 (installed with --no-deps --ignore-requires-python: it declares Python 3.12,
-but the modules used here import on 3.11 with the pins in scripts/stacks-requirements.txt).
+Real package, no doubles: `TrajectoryID`, `GeneratorOutput`, `RayPPOTrainer` and
+`FullyAsyncRayPPOTrainer` come from `skyrl` 0.4.0, SkyRL's current package (installed with
+--no-deps --ignore-requires-python: it declares Python 3.12, but the modules used here import
+on 3.11 with the pins in scripts/stacks-requirements.txt and pyproject's `stacks` extra).
 """
 
 from __future__ import annotations
@@ -16,7 +17,11 @@ from reweighter.client import ReweighterClient
 from reweighter.integrations.skyrl import ReweighterPostprocessMixin, reweight_generator_output
 from reweighter.types import Group, ReweightRequest
 
-base = pytest.importorskip("skyrl_train.generators.base")
+from . import skyrl_py311
+
+pytest.importorskip("skyrl.train")
+skyrl_py311.load()  # SkyRL's modules, with the one Python 3.12 piece they need (see it)
+base = pytest.importorskip("skyrl.train.generators.base")
 GeneratorOutput = base.GeneratorOutput
 TrajectoryID = base.TrajectoryID
 
@@ -44,7 +49,14 @@ def make_output(tokenizer: Any, prompts: int = 3, n: int = 5, seed: int = 0) -> 
         rollout_metrics={"generate/avg_len": 7.0},
         rollout_logprobs=None,
         trajectory_ids=[TrajectoryID(instance_id=f"uid-{p}", repetition_id=r) for p, r in entries],
+        trajectory_generation_times=None,
+        trajectory_time_splits=None,
+        rollout_expert_indices=None,
+        rollout_sample_support=None,
         is_last_step=None,
+        env_metrics=None,
+        pixel_values=None,
+        image_grid_thw=None,
     )
 
 
@@ -103,24 +115,25 @@ def test_bad_outputs_name_the_field(http: ReweighterClient, tokenizer: Any) -> N
 
 
 def bare_trainer(cls: type, tokenizer: Any, step_wise: bool = False) -> Any:
-    """A SkyRL trainer made without __init__ (which starts Ray workers): its
-    postprocess_generator_output reads only cfg, tokenizer and all_metrics."""
-    from omegaconf import OmegaConf
+    """A SkyRL trainer made without __init__ (which starts Ray workers), with SkyRL's own typed
+    config: its postprocess_generator_output reads only cfg, tokenizer and all_metrics."""
+    from skyrl.train.config import SkyRLTrainConfig
 
     trainer = object.__new__(cls)
-    trainer.cfg = OmegaConf.create({
-        "generator": {"n_samples_per_prompt": 5, "step_wise_trajectories": step_wise},
-        "trainer": {"algorithm": {"zero_variance_filter": False}},
-    })
+    trainer.cfg = SkyRLTrainConfig.from_cli_overrides({
+        "generator.n_samples_per_prompt": 5,
+        "generator.step_wise_trajectories": step_wise,
+        "trainer.algorithm.zero_variance_filter": False,
+    })  # fmt: skip
     trainer.tokenizer = tokenizer
     trainer.all_metrics = {}
     return trainer
 
 
 def test_mixin_on_the_real_trainer(service, tokenizer: Any, http) -> None:
-    """The mixin over skyrl-train's own RayPPOTrainer.postprocess_generator_output (per-token
-    rewards, pass@n metrics)."""
-    from skyrl_train.trainer import RayPPOTrainer
+    """The mixin over SkyRL's own RayPPOTrainer.postprocess_generator_output (per-token
+    rewards, pass@n metrics), which returns (output, uids) since skyrl 0.4."""
+    from skyrl.train.trainer import RayPPOTrainer
 
     class Trainer(ReweighterPostprocessMixin, RayPPOTrainer):
         reweighter_url = service.http_url
@@ -129,7 +142,9 @@ def test_mixin_on_the_real_trainer(service, tokenizer: Any, http) -> None:
     out = make_output(tokenizer)
     want = expected(http, out, tokenizer)
     uids = [t.instance_id for t in out["trajectory_ids"]]
-    got = trainer.postprocess_generator_output(out, uids)
+    got, got_uids = trainer.postprocess_generator_output(out, uids)
+    assert got_uids == uids
+    assert got["rollout_metrics"] == {"generate/avg_len": 7.0}  # ours went to all_metrics
     assert [row[-1] for row in got["rewards"]] == pytest.approx(want, abs=1e-6)
     assert all(sum(row[:-1]) == 0.0 for row in got["rewards"])
     assert len(got["rewards"][0]) == len(out["response_ids"][0])
@@ -141,11 +156,12 @@ def test_skyrl_metrics_stay_raw_and_ours_go_beside(
     service, tokenizer: Any, step_wise: bool
 ) -> None:
     """Issue 21 item 6: SkyRL's own reward/* metrics are what plain RayPPOTrainer reports for
-    the same raw output (not the reweighted mean); reweighter/* sit beside them in all_metrics
-    (SkyRL copied rollout_metrics into all_metrics before this hook runs)."""
+    the same raw output (not the reweighted mean): SkyRL computes them itself, over the raw
+    output the mixin hands it as `metrics_generator_output`; reweighter/* sit beside them in
+    all_metrics (SkyRL copied rollout_metrics into all_metrics before this hook runs)."""
     import copy
 
-    from skyrl_train.trainer import RayPPOTrainer
+    from skyrl.train.trainer import RayPPOTrainer
 
     class Trainer(ReweighterPostprocessMixin, RayPPOTrainer):
         reweighter_url = service.http_url
@@ -157,7 +173,7 @@ def test_skyrl_metrics_stay_raw_and_ours_go_beside(
     plain = bare_trainer(RayPPOTrainer, tokenizer, step_wise)
     plain.postprocess_generator_output(copy.deepcopy(out), uids)
     ours = bare_trainer(Trainer, tokenizer, step_wise)
-    got = ours.postprocess_generator_output(copy.deepcopy(out), uids)
+    got, _ = ours.postprocess_generator_output(copy.deepcopy(out), uids)
 
     raw_keys = {k for k in plain.all_metrics if k.startswith("reward/")}
     assert raw_keys == {"reward/avg_pass_at_5", "reward/avg_raw_reward",
@@ -202,3 +218,40 @@ def test_member_order_is_repetition_id(http: ReweighterClient, tokenizer: Any) -
            for t, ids in zip(base["trajectory_ids"], base["response_ids"], strict=True)}
     for gid, texts in first.items():
         assert [rep[(gid, t)] for t in texts] == [0, 1, 2, 3, 4]
+
+
+def test_fully_async_metrics_output_is_passed_through(service, tokenizer: Any) -> None:
+    """FullyAsyncRayPPOTrainer (sample_full_batch) calls the hook with
+    `metrics_generator_output` / `metrics_uids`: the kept groups plus the dropped ones, for
+    metrics only. The mixin hands those to SkyRL unchanged, so SkyRL's reward/* metrics are
+    those of plain FullyAsyncRayPPOTrainer over the same superset, while only the kept output
+    is reweighted and trained on."""
+    import copy
+
+    from skyrl.train.fully_async_trainer import FullyAsyncRayPPOTrainer
+
+    class Trainer(ReweighterPostprocessMixin, FullyAsyncRayPPOTrainer):
+        reweighter_url = service.http_url
+
+    kept = make_output(tokenizer, prompts=2, seed=7)
+    dropped = make_output(tokenizer, prompts=3, seed=8)  # uid-0..2: rename to stay apart
+    for t in dropped["trajectory_ids"]:
+        t.instance_id = "dropped-" + t.instance_id
+    superset = {k: (v + dropped[k] if isinstance(v, list) else v) for k, v in kept.items()}
+    uids = [t.instance_id for t in kept["trajectory_ids"]]
+    all_uids = [t.instance_id for t in superset["trajectory_ids"]]
+    kwargs = {"metrics_generator_output": superset, "metrics_uids": all_uids}
+
+    plain = bare_trainer(FullyAsyncRayPPOTrainer, tokenizer)
+    plain.postprocess_generator_output(copy.deepcopy(kept), uids, **copy.deepcopy(kwargs))
+    ours = bare_trainer(Trainer, tokenizer)
+    got, got_uids = ours.postprocess_generator_output(copy.deepcopy(kept), uids, **kwargs)
+
+    assert got_uids == uids and len(got["rewards"]) == len(kept["rewards"])
+    for k in ("reward/avg_pass_at_5", "reward/avg_raw_reward", "reward/mean_positive_reward"):
+        assert ours.all_metrics[k] == pytest.approx(plain.all_metrics[k], abs=1e-12), k
+    raw_superset = sum(superset["rewards"]) / len(superset["rewards"])
+    assert ours.all_metrics["reward/avg_raw_reward"] == pytest.approx(raw_superset)
+    raw_kept = sum(kept["rewards"]) / len(kept["rewards"])
+    assert ours.all_metrics["reweighter/raw_reward_mean"] == pytest.approx(raw_kept)
+    assert [row[-1] for row in got["rewards"]] != pytest.approx(kept["rewards"], abs=1e-6)

@@ -66,7 +66,9 @@ class Settings(BaseSettings):
     slice_tokens: int | None = Field(
         None,
         description="a request with at most this many tokens left is served whole in the round "
-        "it anchors; a round holds 4 x slice_tokens padded tokens (fairness: a huge request "
+        "it anchors; a round holds 4 x slice_tokens padded tokens, 5 x when it takes a left-over "
+        "tail, run by the encoder as passes within max_batch_tokens and max_batch_size (one per "
+        "round with the CPU defaults, 8 or more with the GPU's) (fairness: a huge request "
         "advances between others); unset = a per-device default (docs/embedding.md)",
     )
 

@@ -4,7 +4,7 @@ group assembly holds.
 The engine checks a request's counts against `Limits` (from Settings); the transports refuse
 bodies above `max_body_bytes` before parsing, so an oversized request costs no parsing. gRPC's
 message limits and the clients' channel options are derived from the same numbers. The
-assembly store is bounded by `AssemblyLimits` (503 Overloaded above them).
+assembly store is bounded by `AssemblyLimits` (429 Overloaded above them, retryable).
 """
 
 from __future__ import annotations

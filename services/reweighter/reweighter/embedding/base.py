@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -15,7 +15,8 @@ class Piece:
     """One unit of model work: a whole text, or one window of a long one.
 
     The batcher schedules pieces, not requests, so that one huge text is split into bounded
-    slices that interleave with other requests' work (DESIGN principle 5).
+    slices that interleave with other requests' work (docs/embedding.md, "Dynamic batching and
+    fair slices").
     """
 
     text: int
@@ -28,11 +29,23 @@ class Piece:
     """Its weight when a text's pieces are pooled into one vector."""
 
 
-def with_tail(budget: int) -> int:
-    """The budget a last batch may reach when it takes a left-over tail: a quarter more. Why: a
-    pass of 1-3 left-over pieces costs about a third of a full one (measured on 2 cores), so the
-    encoder's batches and the batcher's last round fold such a tail in, by this one rule."""
-    return budget + budget // 4
+@dataclass(frozen=True)
+class Budget:
+    """The bound of one padded batch: at most `rows` pieces and `rows` x longest piece at most
+    `tokens`. One object for the encoder's forward passes and the batcher's rounds, so the two
+    cannot disagree on what fits or on the tail rule."""
+
+    tokens: int
+    rows: int
+
+    def fits(self, rows: int, longest: int) -> bool:
+        return rows <= self.rows and rows * longest <= self.tokens
+
+    def fits_with_tail(self, rows: int, longest: int) -> bool:
+        """What a last batch may reach when it takes a left-over tail: a quarter more tokens.
+        Why: a pass of 1-3 left-over pieces costs about a third of a full one (measured on 2
+        cores), so the encoder's last batch and the batcher's last round fold such a tail in."""
+        return rows <= self.rows and rows * longest <= self.tokens + self.tokens // 4
 
 
 class Encoder(ABC):
@@ -42,10 +55,9 @@ class Encoder(ABC):
     """Stable identifier of the weights (part of every cache key)."""
     dim: int
     device: str
-    max_batch_tokens: int = 16384
-    """Token budget of one forward pass (padded length x sequences); the embedder may set it."""
-    max_batch_size: int = 64
-    """At most this many sequences in one forward pass; the embedder may set it."""
+    budget: Budget = Budget(tokens=16384, rows=64)
+    """The bound of one forward pass (padded length x sequences, and sequences); the embedder
+    may set it (settings `max_batch_tokens`, `max_batch_size`)."""
     on_batch: Callable[[int], None] | None = None
     """Called with the sequence count of every forward pass (the embedder's batch metrics)."""
 
@@ -53,6 +65,24 @@ class Encoder(ABC):
     def cache_namespace(self) -> str:
         """Everything that changes a text's vector besides the text: model and long-text policy."""
         return self.model_id
+
+    @property
+    def max_batch_tokens(self) -> int:
+        """`budget.tokens`, under the setting's name."""
+        return self.budget.tokens
+
+    @max_batch_tokens.setter
+    def max_batch_tokens(self, tokens: int) -> None:
+        self.budget = replace(self.budget, tokens=tokens)
+
+    @property
+    def max_batch_size(self) -> int:
+        """`budget.rows`, under the setting's name."""
+        return self.budget.rows
+
+    @max_batch_size.setter
+    def max_batch_size(self, rows: int) -> None:
+        self.budget = replace(self.budget, rows=rows)
 
     @abstractmethod
     def encode(self, texts: Sequence[str]) -> np.ndarray: ...

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from reweighter.embedding.base import Embedder, EmbedStats, Encoder
+from reweighter.embedding.base import Budget, Embedder, EmbedStats, Encoder
 from reweighter.embedding.batcher import DynamicBatcher
 from reweighter.embedding.cache import EmbeddingCache, cache_key
 from reweighter.errors import InvalidInput
@@ -49,10 +49,10 @@ class CachingEmbedder(Embedder):
         self.model_id, self.dim, self.device = encoder.model_id, encoder.dim, encoder.device
         self.precision = str(getattr(encoder, "precision", "fp32"))
         self.namespace = encoder.cache_namespace
-        if max_batch_tokens is not None:
-            encoder.max_batch_tokens = max_batch_tokens
-        if max_batch_size is not None:
-            encoder.max_batch_size = max_batch_size
+        encoder.budget = Budget(
+            encoder.budget.tokens if max_batch_tokens is None else max_batch_tokens,
+            encoder.budget.rows if max_batch_size is None else max_batch_size,
+        )
         self.stats = EmbedStats(batch_sizes=[])
         self._stats_lock = threading.Lock()
         encoder.on_batch = self._on_batch

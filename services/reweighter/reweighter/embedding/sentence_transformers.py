@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 import torch
 
-from reweighter.embedding.base import Encoder, Piece, with_tail
+from reweighter.embedding.base import Budget, Encoder, Piece
 from reweighter.types import LongTextPolicy
 
 if TYPE_CHECKING:
@@ -184,8 +184,9 @@ class SentenceTransformerEncoder(Encoder):
         self.dim = int(get_dim())
         self._normalises = any(type(m).__name__ == "Normalize" for m in st)
         default_tokens = CUDA_BATCH_TOKENS if cuda else CPU_BATCH_TOKENS
-        self.max_batch_tokens = max_batch_tokens or default_tokens
-        self.max_batch_size = max_batch_size or DEFAULT_BATCH_SIZE
+        self.budget = Budget(
+            max_batch_tokens or default_tokens, max_batch_size or DEFAULT_BATCH_SIZE
+        )
         self.on_batch: Callable[[int], None] | None = None
         self.compiled = False
         self.compile_state = "off"  # off | compiling | compiled | failed
@@ -374,22 +375,15 @@ class SentenceTransformerEncoder(Encoder):
         current: list[int] = []
         for i in order:
             padded = pieces[current[0]].tokens if current else pieces[i].tokens
-            if current and (
-                len(current) >= self.max_batch_size
-                or padded * (len(current) + 1) > self.max_batch_tokens
-            ):
+            if current and not self.budget.fits(len(current) + 1, padded):
                 batches.append(current)
                 current = []
             current.append(i)
         if current:
             batches.append(current)
-        if len(batches) > 1:  # a left-over tail joins the last full batch (base.with_tail)
+        if len(batches) > 1:  # a left-over tail joins the last full batch (Budget.fits_with_tail)
             last, prev = batches[-1], batches[-2]
-            rows = len(prev) + len(last)
-            if (
-                rows <= self.max_batch_size
-                and rows * pieces[prev[0]].tokens <= with_tail(self.max_batch_tokens)
-            ):
+            if self.budget.fits_with_tail(len(prev) + len(last), pieces[prev[0]].tokens):
                 batches[-2:] = [prev + last]
         return batches
 

@@ -32,7 +32,8 @@ def reweight_checked(
             rewards[i, : len(r)] = torch.tensor(r, dtype=torch.float64)
             mask[i, : len(r)] = True
         sim = batched_similarity(vectors, g_max, device)
-        new, lam = spec.apply(rewards, sim, mask, checked.params)
+        # A method that declares it needs no similarity gets none (it still feeds the stats).
+        new, lam = spec.apply(rewards, sim if spec.needs_similarity else None, mask, checked.params)
         ragged = None if bool(mask.all()) else mask
         adv = None
         if checked.advantages != AdvantageKind.NONE:

@@ -1,22 +1,24 @@
-"""SkyRL (skyrl-train): diversity-aware rewards as a generator-output postprocessor.
+"""SkyRL (the `skyrl` package, 0.4.x): diversity-aware rewards as a generator-output postprocessor.
 
-SkyRL's trainer generates a whole batch, then calls
-`RayPPOTrainer.postprocess_generator_output(generator_output, uids)`, which turns the
-response-level `rewards` into per-token rewards before advantages are computed. Every entry's
-`trajectory_ids[i].instance_id` names its prompt, so groups are known: one /v1/reweight call
-per batch, no assembly; a group's members go in `trajectory_ids[i].repetition_id` order. Plug
-it in with the mixin:
+SkyRL's trainer (`skyrl.train.trainer.RayPPOTrainer`, and `FullyAsyncRayPPOTrainer` over it)
+generates a whole batch, then calls `postprocess_generator_output(generator_output, uids,
+metrics_generator_output=None, metrics_uids=None)`, which turns the response-level `rewards`
+into per-token rewards before advantages are computed and returns `(generator_output, uids)`.
+Every entry's `trajectory_ids[i].instance_id` names its prompt, so groups are known: one
+/v1/reweight call per batch, no assembly; a group's members go in
+`trajectory_ids[i].repetition_id` order. Plug it in with the mixin:
 
-    from skyrl_train.trainer import RayPPOTrainer
+    from skyrl.train.trainer import RayPPOTrainer
     from reweighter.integrations.skyrl import ReweighterPostprocessMixin
 
     class ReweightedTrainer(ReweighterPostprocessMixin, RayPPOTrainer):
         reweighter_url = "http://reweighter:8080"
 
-or call `reweight_generator_output` from your own trainer subclass.
+or call `reweight_generator_output` from your own trainer subclass or generator.
 
 Metrics: SkyRL's own `reward/*` metrics (avg_raw_reward, avg_pass_at_n, mean_positive_reward)
-stay computed from the verifier's raw rewards; ours go beside them as `reweighter/raw_reward_mean`,
+stay computed by SkyRL from the verifier's raw rewards (the mixin hands SkyRL the raw output as
+its `metrics_generator_output`); ours go beside them as `reweighter/raw_reward_mean`,
 `reweighter/reward_mean` (what training uses) and `reweighter/mean_similarity`. SkyRL's
 zero-variance filter sees the reweighted rewards, as its advantages do.
 """
@@ -78,11 +80,11 @@ def reweight_generator_output(
 
 
 class ReweighterPostprocessMixin:
-    """Put before RayPPOTrainer in the bases; reweights, then lets SkyRL's own postprocessing
-    (per-token rewards, zero-variance filter) run on the result; SkyRL's reward metrics are then
-    recomputed from the raw rewards. Set `reweighter_url` (any `reweighter.client.connect` URL),
-    optionally `reweighter_method`, `reweighter_params`, `reweighter_api_key`, or assign a
-    client to `reweighter_backend`."""
+    """Put before RayPPOTrainer (or FullyAsyncRayPPOTrainer) in the bases; reweights, then lets
+    SkyRL's own postprocessing (per-token rewards, zero-variance filter, step-wise merging, its
+    reward metrics over the raw rewards) run on the result. Set `reweighter_url` (any
+    `reweighter.client.connect` URL), optionally `reweighter_method`, `reweighter_params`,
+    `reweighter_api_key`, or assign a client to `reweighter_backend`."""
 
     reweighter_url: str = DEFAULT_URL
     reweighter_method: str = DEFAULT_METHOD
@@ -90,7 +92,13 @@ class ReweighterPostprocessMixin:
     reweighter_api_key: str | None = None
     reweighter_backend: Reweighter | None = None
 
-    def postprocess_generator_output(self, generator_output: Any, uids: list[str]) -> Any:
+    def postprocess_generator_output(
+        self,
+        generator_output: Any,
+        uids: list[str],
+        metrics_generator_output: Any = None,
+        metrics_uids: list[str] | None = None,
+    ) -> tuple[Any, list[str]]:
         if self.reweighter_backend is None:
             self.reweighter_backend = connect(self.reweighter_url, api_key=self.reweighter_api_key)
         tokenizer = self.tokenizer  # type: ignore[attr-defined]  (RayPPOTrainer has one)
@@ -101,35 +109,22 @@ class ReweighterPostprocessMixin:
             method=self.reweighter_method,
             params=self.reweighter_params,
         )
-        ours = {k: v for k, v in reweighted["rollout_metrics"].items() if k.startswith(_PREFIX)}
-        out = super().postprocess_generator_output(reweighted, uids)  # type: ignore[misc]
-        metrics = self.all_metrics  # type: ignore[attr-defined]
-        metrics.update(raw_reward_metrics(self.cfg, generator_output, uids))  # type: ignore[attr-defined]
-        metrics.update(ours)  # SkyRL read rollout_metrics before this hook: ours go here
+        # SkyRL copied rollout_metrics into all_metrics (and dropped them) before this hook:
+        # ours go straight there, and the output keeps the rollout_metrics it came with.
+        metrics = reweighted.pop("rollout_metrics")
+        if "rollout_metrics" in generator_output:
+            reweighted["rollout_metrics"] = generator_output["rollout_metrics"]
+        ours = {k: v for k, v in metrics.items() if k.startswith(_PREFIX)}
+        if metrics_generator_output is None:  # SkyRL's reward/* metrics: over the raw rewards
+            metrics_generator_output, metrics_uids = generator_output, uids
+        out = super().postprocess_generator_output(  # type: ignore[misc]
+            reweighted,
+            uids,
+            metrics_generator_output=metrics_generator_output,
+            metrics_uids=metrics_uids,
+        )
+        self.all_metrics.update(ours)  # type: ignore[attr-defined]
         return out
 
 
 _PREFIX = "reweighter/"
-
-
-def raw_reward_metrics(cfg: Any, generator_output: Mapping[str, Any], uids: list[str]) -> dict:
-    """SkyRL's `reward/*` metrics over the raw rewards, as its RayPPOTrainer's
-    postprocess_generator_output computes them (skyrl-train 0.3.1: last steps only in step-wise
-    mode; the test holds it to SkyRL's own method)."""
-    from skyrl_train.generators.utils import get_metrics_from_generator_output
-
-    last = generator_output.get("is_last_step")
-    if cfg.generator.step_wise_trajectories and last is not None:
-        keep = [i for i, is_last in enumerate(last) if is_last]
-        generator_output = {
-            k: [v[i] for i in keep] if isinstance(v, list) else v
-            for k, v in generator_output.items()
-        }
-        uids = [uids[i] for i in keep]
-    m = get_metrics_from_generator_output(generator_output, uids)  # type: ignore[arg-type]
-    n = cfg.generator.n_samples_per_prompt
-    return {
-        f"reward/avg_pass_at_{n}": m["pass_at_n"],
-        "reward/avg_raw_reward": m["avg_score"],
-        "reward/mean_positive_reward": m["mean_positive_reward"],
-    }

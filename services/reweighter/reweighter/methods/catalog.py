@@ -45,6 +45,8 @@ class MethodSpec:
     params: str
     kernel: str
     needs_similarity: bool = True
+    """False: the engine calls `kernel` with `sim=None` (the group's similarities are still
+    computed for `stats.mean_similarity`)."""
 
     @property
     def params_model(self) -> type[BaseModel]:

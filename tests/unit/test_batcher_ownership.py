@@ -1,0 +1,53 @@
+"""The batcher's worker owns its queue: the event loop never waits while the worker plans.
+
+Before the policy was a pure function, the worker planned a round (up to 4,096 candidates)
+holding the lock `submit` takes, so every arriving request blocked the event loop for the
+length of a plan. Here the worker is held inside `plan` (a threading.Event, no timing
+assumption) while the loop registers another request; the real model computes every vector.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import numpy as np
+import pytest
+from test_embedding_support import bundled_encoder, fresh_view
+
+import reweighter.embedding.batcher as batcher_module
+from reweighter.embedding import CachingEmbedder
+
+
+async def test_submit_registers_while_the_worker_is_planning(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    planning, release = threading.Event(), threading.Event()
+    stuck: list[bool] = []
+    real_plan = batcher_module.plan
+
+    def held_plan(pending, budget):  # noqa: ANN001, ANN202 - plan's own signature
+        if pending and not release.is_set():
+            planning.set()
+            stuck.append(not release.wait(20))  # a safety net: never hang the suite
+        return real_plan(pending, budget)
+
+    monkeypatch.setattr(batcher_module, "plan", held_plan)
+    emb = CachingEmbedder(fresh_view(), cache=None)
+    try:
+        first = asyncio.create_task(emb.aencode(["the first request"]))
+        while not planning.is_set():
+            await asyncio.sleep(0.005)
+        second = asyncio.create_task(emb.aencode(["the second request"]))
+        while emb.batcher.pending < 2:  # registered by the loop, the worker still in plan
+            await asyncio.sleep(0.005)
+        assert not release.is_set() and not stuck
+        release.set()
+        got = await asyncio.gather(first, second)
+    finally:
+        release.set()
+        await emb.aclose()
+    assert stuck == [False]
+    ref = bundled_encoder()
+    np.testing.assert_allclose(got[0], ref.encode(["the first request"]), atol=1e-5)
+    np.testing.assert_allclose(got[1], ref.encode(["the second request"]), atol=1e-5)
