@@ -4,24 +4,16 @@
     client.reweight(request)                         # a whole batch (TRL, slime, SkyRL)
     await client.submit_member_async(...)            # one member, from any event loop (verl)
 
-Every client `connect` returns implements `Reweighter`, the one surface an integration calls;
-the defaults (URL, ports, timeout) live in client/_base.py and nowhere else.
+Every client `connect` returns implements `Reweighter` (client/_base.py, with the one set of
+defaults: URL, ports, timeout), the one surface an integration calls.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
-from ..types import (
-    AdvantageKind,
-    EngineInfo,
-    MemberResult,
-    Method,
-    ReweightRequest,
-    ReweightResult,
-)
-from ._base import DEFAULT_TIMEOUT_S, DEFAULT_URL
+from ._base import DEFAULT_TIMEOUT_S, DEFAULT_URL, Reweighter
 from .retry import RetryPolicy
 
 if TYPE_CHECKING:
@@ -30,34 +22,6 @@ if TYPE_CHECKING:
 SCHEMES = ("http://", "https://", "grpc://", "grpcs://", "inprocess://")
 INPROCESS = "inprocess"
 """The bare word, as TRL's `reweighted(backend="inprocess")` and the trainer config spell it."""
-
-
-@runtime_checkable
-class Reweighter(Protocol):
-    """What an integration calls. ReweighterClient (HTTP), GrpcReweighterClient and LocalClient
-    (in-process) implement it; for a whole batch, anything with `reweight` will do (a
-    ReweightEngine)."""
-
-    def reweight(self, request: ReweightRequest) -> ReweightResult: ...
-
-    def info(self) -> EngineInfo: ...
-
-    async def submit_member_async(
-        self,
-        group_id: str,
-        member_id: str,
-        group_size: int,
-        reward: float,
-        *,
-        completion: str | None = None,
-        embedding: Sequence[float] | None = None,
-        method: Method | str = ...,
-        params: Mapping[str, Any] | None = None,
-        advantages: AdvantageKind | str = ...,
-        timeout_s: float | None = None,
-    ) -> MemberResult: ...
-
-    def close(self) -> None: ...
 
 
 def connect(

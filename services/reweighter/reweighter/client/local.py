@@ -25,6 +25,7 @@ from ._sync import SyncClient
 from .retry import RetryPolicy
 
 if TYPE_CHECKING:
+    from ..assembly import GroupAssembler
     from ..config import Settings
     from ..engine import ReweightEngine
 
@@ -52,7 +53,7 @@ class AsyncLocalClient(AsyncClientBase):
         self._engine = engine
         self._owns_engine = engine is None
         self._settings = settings
-        self._assembler: Any = None
+        self._assembler: GroupAssembler | None = None
 
     @property
     def engine(self) -> ReweightEngine:
@@ -67,7 +68,7 @@ class AsyncLocalClient(AsyncClientBase):
         return self._engine
 
     @property
-    def assembler(self) -> Any:
+    def assembler(self) -> GroupAssembler:
         """The GroupAssembler members go through (made on first use)."""
         if self._assembler is None:
             from ..assembly import GroupAssembler, make_store

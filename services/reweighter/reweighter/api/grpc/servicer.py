@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import grpc
 
 from ...assembly import GroupAssembler
+from ...engine.surface import EngineSurface
 from ...errors import NotReady, ReweighterError
 from ...types import MemberSubmission, ReweightRequest
 from ...wire._proto.reweighter.v1 import reweighter_pb2 as pb
@@ -30,7 +31,6 @@ from ...wire.grpc import (
     to_proto,
 )
 from ..metrics import Metrics
-from ..protocol import EngineProtocol
 
 T = TypeVar("T")
 
@@ -39,7 +39,7 @@ class ReweighterServicer(pb_grpc.ReweighterServicer):
     """Translates protobuf to engine calls; errors become status codes naming the field."""
 
     def __init__(
-        self, engine: EngineProtocol, metrics: Metrics, assembler: GroupAssembler | None = None
+        self, engine: EngineSurface, metrics: Metrics, assembler: GroupAssembler | None = None
     ) -> None:
         self.engine = engine
         self.metrics = metrics

@@ -16,6 +16,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from ...assembly import GroupAssembler
 from ...config import Settings
+from ...engine.surface import EngineSurface
 from ...errors import NotReady
 from ...types import EngineInfo
 from ...wire.http import (
@@ -32,7 +33,6 @@ from ...wire.http import (
 )
 from ..auth import check_bearer
 from ..metrics import Metrics
-from ..protocol import EngineProtocol
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorOut, "description": desc}
@@ -57,7 +57,7 @@ _MEMBER_ERRORS: dict[int | str, dict[str, Any]] = {
 
 
 def build_router(
-    engine: EngineProtocol,
+    engine: EngineSurface,
     settings: Settings,
     metrics: Metrics,
     assembler: GroupAssembler | None = None,
