@@ -1,7 +1,8 @@
 """The clients' one surface, declared once: `AsyncClientBase` (every async client: reweight,
 embed, info, submit_member, close, the async context manager) and `Reweighter` (what the sync
 clients offer and every integration calls); and the one set of defaults. A transport implements
-`reweight`, `embed`, `info`, `_submit` (send one MemberSubmission) and `close`."""
+`_answer` (one call of reweighter.wire.calls), `embed`, `info`, `_submit` (send one
+MemberSubmission) and `close`."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from ..types import (
     ReweightRequest,
     ReweightResult,
 )
+from ..wire.calls import Call, get_call
 
 if TYPE_CHECKING:
     from .retry import RetryPolicy
@@ -44,6 +46,10 @@ class Reweighter(Protocol):
 
     def info(self) -> EngineInfo: ...
 
+    def call(self, name: str, request: Any) -> Any:
+        """One call of reweighter.wire.calls by name (a route the recipe added, too)."""
+        ...
+
     async def submit_member_async(self, *args: Any, **fields: Any) -> MemberResult:
         """One member (the arguments of MemberSubmission), awaitable from any event loop."""
         ...
@@ -57,6 +63,14 @@ class AsyncClientBase:
     retry: RetryPolicy
 
     async def reweight(self, request: ReweightRequest) -> ReweightResult:
+        return await self.call("reweight", request)  # type: ignore[no-any-return]
+
+    async def call(self, name: str, request: Any) -> Any:
+        """One request/answer call of the service by its name in reweighter.wire.calls
+        ("reweight", or one the route recipe adds): its request message in, its result out."""
+        return await self._answer(get_call(name), request)
+
+    async def _answer(self, call: Call, request: Any) -> Any:
         raise NotImplementedError
 
     async def embed(self, texts: Sequence[str]) -> EmbedResult:

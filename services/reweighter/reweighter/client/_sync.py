@@ -61,6 +61,10 @@ class SyncClient(Reweighter, Generic[A]):
     def reweight(self, request: ReweightRequest) -> ReweightResult:
         return self._run(self.aio.reweight(request))
 
+    def call(self, name: str, request: Any) -> Any:
+        """One call of reweighter.wire.calls by name, as the async client's `call`."""
+        return self._run(self.aio.call(name, request))
+
     def embed(self, texts: Sequence[str]) -> EmbedResult:
         return self._run(self.aio.embed(texts))
 

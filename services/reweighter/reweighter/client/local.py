@@ -20,6 +20,7 @@ from ..types import (
     ReweightRequest,
     ReweightResult,
 )
+from ..wire.calls import Call
 from ._base import AsyncClientBase
 from ._sync import SyncClient
 from .retry import RetryPolicy
@@ -83,8 +84,8 @@ class AsyncLocalClient(AsyncClientBase):
             await asyncio.to_thread(engine.load)
         return engine
 
-    async def reweight(self, request: ReweightRequest) -> ReweightResult:
-        return await (await self._loaded()).areweight(request)
+    async def _answer(self, call: Call, request: Any) -> Any:
+        return await getattr(await self._loaded(), call.engine)(request)
 
     async def embed(self, texts: Sequence[str]) -> EmbedResult:
         return await (await self._loaded()).aembed(texts)
