@@ -38,9 +38,21 @@ def connect(
     {"long_text": "tail"}; needs `reweighter[server]`).
 
     `timeout_s` bounds each reweight/embed/info call over the network (default
-    DEFAULT_TIMEOUT_S); members wait by their own `timeout_s`. In process there is no network
-    to wait for, so `timeout_s` and `api_key` do not apply there: a call runs to completion (or
-    raises). The HTTP client also has `ready`/`wait_ready`."""
+    DEFAULT_TIMEOUT_S); members wait by their own `timeout_s`. An option the backend cannot
+    apply is refused (ValueError naming it), never dropped: `settings` (e.g. long_text) set up
+    the in-process engine, while a server is set up by its own flags; in process there is no
+    network to authenticate or to wait for, so `api_key` and `timeout_s` are refused there.
+    The HTTP client also has `ready`/`wait_ready`."""
+    inprocess = url in (INPROCESS, "inprocess://")
+    if settings and not inprocess and url.startswith(SCHEMES):
+        raise ValueError(
+            f"settings {sorted(dict(settings)) if isinstance(settings, Mapping) else settings}: "
+            f"they configure the in-process engine; {url} is a server, set up by its own flags "
+            "(e.g. `reweighter serve --long-text tail`)"
+        )
+    for name, value in (("api_key", api_key), ("timeout_s", timeout_s)):
+        if inprocess and value is not None:
+            raise ValueError(f"{name}: the in-process backend has no network; leave it unset")
     timeout = DEFAULT_TIMEOUT_S if timeout_s is None else float(timeout_s)
     if url.startswith(("http://", "https://")):
         from .http import ReweighterClient
@@ -59,7 +71,7 @@ def connect(
         return GrpcReweighterClient(
             target, api_key=api_key, timeout=timeout, retry=retry, credentials=credentials
         )
-    if url in (INPROCESS, "inprocess://"):
+    if inprocess:
         from .local import LocalClient
 
         return LocalClient(settings=settings, retry=retry)
