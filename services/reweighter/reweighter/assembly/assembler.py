@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 
 from ..config import Settings
 from ..engine.checks import check_member
+from ..engine.surface import EngineSurface
 from ..errors import (
     Conflict,
     InvalidInput,
@@ -85,8 +86,8 @@ class _Watch:
 class GroupAssembler:
     """The public API: `submit`, `start`, `aclose`; `stats`, `waiting`, `open_groups`."""
 
-    def __init__(self, engine: Any, store: AssemblyStore, settings: Settings) -> None:
-        self.engine = engine  # anything with `areweight` (the engine, or the service's drain)
+    def __init__(self, engine: EngineSurface, store: AssemblyStore, settings: Settings) -> None:
+        self.engine = engine  # the engine, or the service's drain of it
         self.store = store
         self.settings = settings
         self.limits = Limits.from_settings(settings)
