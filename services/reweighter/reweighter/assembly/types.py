@@ -46,6 +46,11 @@ class MemberSubmission:
     advantages: AdvantageKind | str = AdvantageKind.NONE
     timeout_s: float | None = None
     """None: the server default (`assembly_timeout_s`); capped at `assembly_max_timeout_s`."""
+    reuse_ids: bool = False
+    """The caller reuses member ids across rounds of one group id on purpose: a member id
+    already answered, sent with another payload, joins the next round. False (the default):
+    that is a 409 naming the field, since it is usually a bug (a non-deterministic reward, an
+    id collision). The same payload is a retry either way."""
 
 
 @dataclass(frozen=True)
