@@ -420,13 +420,13 @@ async def test_wrong_n_never_mixes_rounds_and_is_reported(keyed, engine, tokeniz
 
 
 @pytest.mark.parametrize("seed", [60, 61])
-async def test_a_surplus_never_seeds_a_round(keyed, engine, tokenizer, seed) -> None:
+async def test_a_surplus_never_seeds_a_round(service, engine, tokenizer, seed) -> None:
     """Issue 29 point 10: `?n=7` with 8 samples a prompt, then the same 8 prompts again with new
     completions, each pass in a shuffled order (the seed): the sample beyond n of each prompt
     is answered at once with its raw reward and flagged `surplus`, and every reweighted number
-    is computed over 7 samples of one pass only (what /v1/reweight gives on exactly them)."""
-    svc, _, _ = keyed
-    url = f"{svc.http_url}/v1/openrlhf/{TOKEN}/reward?n=7"
+    is computed over 7 samples of one pass only (what /v1/reweight gives on exactly them).
+    The service's default OpenRLHF timeout (150 s): every round fills, so none waits for it."""
+    url = f"{service.http_url}/v1/openrlhf/reward?n=7"
     for step, suffix in enumerate([" first pass", " second pass"]):
         rows = [(p, lab, r + suffix) for p, lab, r in
                 problems(k=8, n=8, seed=seed, tokenizer=tokenizer)]  # fmt: skip
@@ -521,7 +521,9 @@ def test_round_rules() -> None:
     for seat in (a, a2, b):
         assert rounds.leave(seat, answered=True, members=3, n=3) is None
     now[0] = 10.0
-    assert rounds.enter("p", "p b", 3).round == 0  # a re-post of an answered member: its round
+    again = rounds.enter("p", "p b", 3)
+    assert again.round == 0 and not again.surplus  # a re-post of an answered member: its round
+    assert rounds.leave(again, answered=True, members=3, n=3) is None
     # a sample after every member of the full round has its answer: the next round, opened
     # right after a full round (a late surplus, or the prompt's next step)
     c = rounds.enter("p", "p c", 3)
