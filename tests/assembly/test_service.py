@@ -262,6 +262,12 @@ def test_a_changed_member_after_its_round_is_a_409_on_both_transports(
         )
         assert raw.status_code == 409
         assert (raw.json()["error"]["type"], raw.json()["error"]["field"]) == ("Conflict", "reward")
+        # said so in the request (reuse_ids): a member of the next round, on either transport
+        for rnd, client in enumerate((http, rpc), start=1):
+            reused = MemberSubmission(**{**changed.__dict__, "reuse_ids": True, "timeout_s": 0.3,
+                                         "reward": 0.5 + rnd})  # fmt: skip
+            late = client.submit_member(reused)
+            assert (late.complete, late.round, late.raw_reward) == (False, rnd, 0.5 + rnd)
 
 
 def test_bad_member_auth_and_bounds(engine: ReweightEngine) -> None:

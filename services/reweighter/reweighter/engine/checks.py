@@ -10,9 +10,9 @@ RESOURCE_EXHAUSTED) naming the field as a dotted path (`groups[2].rewards[0]`); 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ValidationError
@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 from ..errors import InvalidInput, LimitExceeded
 from ..limits import Limits
 from ..methods import get_method
-from ..types import AdvantageKind, ReweightRequest, parse_name
+from ..types import AdvantageKind, MemberSubmission, ReweightRequest, parse_name
 
 
 @dataclass(frozen=True)
@@ -118,32 +118,6 @@ MAX_ID_CHARS = 256
 """Longest group_id / member_id a member may give."""
 
 
-class MemberLike(Protocol):
-    """What check_member reads: reweighter.assembly.MemberSubmission, named structurally so the
-    engine does not import the assembly layer above it."""
-
-    @property
-    def group_id(self) -> str: ...
-    @property
-    def member_id(self) -> str: ...
-    @property
-    def group_size(self) -> int: ...
-    @property
-    def reward(self) -> float: ...
-    @property
-    def completion(self) -> str | None: ...
-    @property
-    def embedding(self) -> Any: ...
-    @property
-    def method(self) -> Any: ...
-    @property
-    def params(self) -> Mapping[str, Any]: ...
-    @property
-    def advantages(self) -> Any: ...
-    @property
-    def timeout_s(self) -> float | None: ...
-
-
 @dataclass(frozen=True)
 class CheckedMember:
     """A validated group member: parsed names and params, its text or its vector, its wait."""
@@ -163,7 +137,7 @@ class CheckedMember:
 
 
 def check_member(
-    member: MemberLike, limits: Limits, *, default_timeout_s: float, max_timeout_s: float
+    member: MemberSubmission, limits: Limits, *, default_timeout_s: float, max_timeout_s: float
 ) -> CheckedMember:
     """One member of a group sent on its own: the rules of a request's group, for one member.
 

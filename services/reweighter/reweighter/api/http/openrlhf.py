@@ -40,10 +40,10 @@ from ...types import DEFAULT_METHOD
 from ...verify import Verifier, response_of
 from ...verify.math_answers import math_verifier
 from ...verify.upstream import UpstreamVerifier
+from ...wire.http import ErrorOut
 from ..metrics import Metrics
 from .openrlhf_rounds import Rounds, Seat
 from .router import ERROR_RESPONSES
-from .schemas import ErrorOut
 
 log = logging.getLogger(__name__)
 
