@@ -12,7 +12,7 @@ check after 3 s; the target is p100 < 1 s and RSS growth < 300 MB.
     .venv/bin/python bench/bench_health_flood.py --members 4000 --connections 400
 
 Prints a markdown table (with the machine and its load average); writes
-bench/out/health_flood.json.
+bench/out/health_flood.json (or --out). tests/assembly/test_health_flood.py runs it smaller.
 """
 
 from __future__ import annotations
@@ -121,6 +121,7 @@ def main() -> None:
     ap.add_argument("--members", type=int, default=20_000)
     ap.add_argument("--connections", type=int, default=1_000)
     ap.add_argument("--timeout-s", type=float, default=2.0)
+    ap.add_argument("--out", type=Path, default=OUT / "health_flood.json")
     args = ap.parse_args()
     served = start_service("--compile", "off")
     try:
@@ -135,6 +136,9 @@ def main() -> None:
         rss1 = served.rss_mb()
     finally:
         served.stop()
+        if os.environ.get("PYTHONASYNCIODEBUG"):  # diagnosis: the loop's slow callbacks
+            print("".join(line for line in served.log().splitlines(keepends=True)
+                          if "Executing" in line)[-20000:])  # fmt: skip
     load = os.getloadavg()
     print(f"machine: {platform.node()} {os.cpu_count()} cores; load average "
           f"{load[0]:.1f} {load[1]:.1f} {load[2]:.1f} (after the run)")  # fmt: skip
@@ -145,10 +149,10 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|")
     print(_row("no flood (baseline)", baseline))
     print(_row("during the flood", flooded))
-    OUT.mkdir(exist_ok=True)
-    (OUT / "health_flood.json").write_text(json.dumps({
-        "args": vars(args), "counts": counts, "rss_mb": [rss0, rss1], "load": load,
-        "baseline": baseline, "flooded": flooded}))  # fmt: skip
+    args.out.parent.mkdir(exist_ok=True)
+    args.out.write_text(json.dumps({
+        "args": {**vars(args), "out": str(args.out)}, "counts": counts, "rss_mb": [rss0, rss1],
+        "load": load, "baseline": baseline, "flooded": flooded}))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ when it answers, with a key prefix of the test's own, else a private redis-serve
 
 from __future__ import annotations
 
+import asyncio
 import random
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -71,6 +72,16 @@ async def build(engine: ReweightEngine, store_settings: dict[str, Any]) -> Async
 @pytest.fixture
 async def assembler(build: Build) -> GroupAssembler:
     return build()
+
+
+async def waiting(asm: GroupAssembler, n: int, timeout_s: float = 20.0) -> None:
+    """Until `n` members wait on `asm` (a store call takes longer on Redis on a loaded machine
+    than any fixed sleep a test would pick)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout_s
+    while asm.waiting < n:
+        assert loop.time() < end, f"{asm.waiting} of {n} members waiting"
+        await asyncio.sleep(0.01)
 
 
 def embedded_group(

@@ -36,7 +36,7 @@ from reweighter.errors import (
 )
 from reweighter.methods import advantages
 
-from .conftest import Build, embedded_group, ordered_request, settings
+from .conftest import Build, embedded_group, ordered_request, settings, waiting
 
 # -- the store: every rule of the state machine, both stores -----------------------------------
 
@@ -219,7 +219,7 @@ async def test_retries_before_and_after_completion_get_the_same_answer(
 ) -> None:
     g = embedded_group("idem", 3, random.Random(2), advantages="grpo")
     first = asyncio.create_task(assembler.submit(g[0]))
-    await asyncio.sleep(0.05)
+    await waiting(assembler, 1)
     retry_while_open = asyncio.create_task(assembler.submit(g[0]))
     rest = await asyncio.gather(assembler.submit(g[1]), assembler.submit(g[2]))
     a, b = await first, await retry_while_open
@@ -231,8 +231,8 @@ async def test_retries_before_and_after_completion_get_the_same_answer(
 
 async def test_conflicts_name_the_field(assembler: GroupAssembler) -> None:
     g = embedded_group("conf", 3, random.Random(3))
-    waiting = asyncio.create_task(assembler.submit(g[0]))
-    await asyncio.sleep(0.05)
+    open_ = asyncio.create_task(assembler.submit(g[0]))
+    await waiting(assembler, 1)
     for change, field in [
         ({"reward": g[0].reward + 1}, "reward"),
         ({"embedding": [1.0] * 8}, "embedding"),
@@ -254,7 +254,7 @@ async def test_conflicts_name_the_field(assembler: GroupAssembler) -> None:
     # explicit default params are the same params
     same = dataclasses.replace(g[1], params={"eps": 1e-6})
     done = await asyncio.gather(assembler.submit(same), assembler.submit(g[2]))
-    assert all(r.complete for r in done) and (await waiting).complete
+    assert all(r.complete for r in done) and (await open_).complete
     assert assembler.stats.size_mismatch["declared"] == 1
 
 
@@ -385,11 +385,11 @@ async def test_bounds_answer_overloaded(build: Build) -> None:
         asyncio.create_task(asm.submit(dataclasses.replace(sub, group_id=g, member_id=m)))
         for g, m in (("a", "1"), ("b", "1"))
     ]
-    await asyncio.sleep(0.05)
+    await waiting(asm, 2)
     with pytest.raises(Overloaded, match="groups"):
         await asm.submit(dataclasses.replace(sub, group_id="c"))
     held.append(asyncio.create_task(asm.submit(dataclasses.replace(sub, member_id="2"))))
-    await asyncio.sleep(0.05)
+    await waiting(asm, 3)
     with pytest.raises(Overloaded, match="members") as e:
         await asm.submit(dataclasses.replace(sub, group_id="b", member_id="2"))
     assert e.value.http_status == 429 and e.value.grpc_code == "RESOURCE_EXHAUSTED"
@@ -494,11 +494,11 @@ async def test_ten_thousand_members_wait_without_threads(engine: ReweightEngine)
 async def test_closing_answers_waiters_with_a_retryable_error(build: Build) -> None:
     asm = build()
     sub = MemberSubmission("stop", "a", 2, 1.0, embedding=[1.0, 0.0], timeout_s=30)
-    waiting = asyncio.create_task(asm.submit(sub))
-    await asyncio.sleep(0.05)
+    held = asyncio.create_task(asm.submit(sub))
+    await waiting(asm, 1)
     await asm.aclose()
     with pytest.raises(StoreUnavailable, match="stopping") as e:
-        await asyncio.wait_for(waiting, 2)
+        await asyncio.wait_for(held, 2)
     assert e.value.http_status == 503
 
 

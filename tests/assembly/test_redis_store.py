@@ -22,7 +22,7 @@ from reweighter.engine import ReweightEngine
 from reweighter.errors import Overloaded, StoreUnavailable
 from reweighter.types import ReweightRequest, ReweightResult
 
-from .conftest import embedded_group, ordered_request, settings
+from .conftest import embedded_group, ordered_request, settings, waiting
 
 
 def replicas(
@@ -201,12 +201,11 @@ async def test_redis_lost_mid_assembly_never_hangs_past_the_timeout(
         g = embedded_group("lost", 4, random.Random(7), timeout_s=1.5)
         loop = asyncio.get_running_loop()
         start = loop.time()
-        waiting = [
-            asyncio.create_task(reps[i % 2].submit(m)) for i, m in enumerate(g[:3])
-        ]
-        await asyncio.sleep(0.3)
+        held = [asyncio.create_task(reps[i % 2].submit(m)) for i, m in enumerate(g[:3])]
+        await waiting(reps[0], 2)
+        await waiting(reps[1], 1)
         redis_server.stop()
-        outcomes = await asyncio.wait_for(asyncio.gather(*waiting, return_exceptions=True), 10)
+        outcomes = await asyncio.wait_for(asyncio.gather(*held, return_exceptions=True), 10)
         assert loop.time() - start < 1.5 + 2.0  # the grace (1 s) and slack for a loaded machine
         # no store to say who is present: the answer over the members that waited on the
         # member's own replica (g[0], g[2] on the first, g[1] on the second)
@@ -233,7 +232,7 @@ async def test_a_record_of_another_schema_version_is_refused_not_misread(
         client = redis.Redis.from_url(shared_redis_url, decode_responses=True)
         g = embedded_group("upgrade", 2, random.Random(9), timeout_s=5)
         first = asyncio.create_task(rep.submit(g[0]))
-        await asyncio.sleep(0.3)
+        await waiting(rep, 1)
         key = f"{prefix}g:upgrade:meta"
         newer = json.loads(client.get(key))
         newer["v"] = 99

@@ -122,6 +122,7 @@ class GroupAssembler:
     async def submit(self, sub: MemberSubmission) -> MemberResult:
         """Add the member and wait for its round; see MemberResult for what comes back."""
         await self.start()
+        await self._ctx.pace.turn()  # a burst of members goes through in slices (pace.py)
         s = self.settings
         checked = check_member(
             sub,

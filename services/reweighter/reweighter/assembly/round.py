@@ -26,6 +26,7 @@ import torch
 from ..errors import Conflict, InvalidInput, LimitExceeded, PreconditionFailed, StoreUnavailable
 from ..methods import advantages as advantage_estimator
 from ..types import AdvantageKind, Group, ReweightRequest
+from .pace import Pace
 from .records import GroupMeta, Member, OpenRound, RoundResult
 from .store import AssemblyStore, stop_if_cancelled
 from .types import MemberReason, MemberResult
@@ -67,6 +68,8 @@ class Context:
     engine: Any  # anything with `areweight` (the engine, or the service's drain)
     stats: AssemblyStats
     claim_ttl_s: float = CLAIM_TTL_S
+    pace: Pace = field(default_factory=Pace)
+    """Members' steps per loop iteration (pace.py): a burst cannot hold the loop."""
     replica: str = field(default_factory=lambda: uuid.uuid4().hex)
     _serial: Any = field(default_factory=itertools.count)
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
@@ -131,7 +134,9 @@ class Round:
                 async with asyncio.timeout_at(deadline):
                     result = await asyncio.shield(self.done)
             except TimeoutError:
+                await self.ctx.pace.turn()
                 return await self._at_deadline(m, deadline + GRACE_S)
+            await self.ctx.pace.turn()
             return answer_of(result, m, self.ctx.stats)
         finally:
             self.waiters -= 1
