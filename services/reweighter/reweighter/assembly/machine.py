@@ -23,20 +23,35 @@ from .records import GroupMeta, MemberRecord, RoundResult
 
 
 @dataclass(frozen=True)
-class Added:
-    """The member joined the open round `round` (opened by it when `count` is 1)."""
-
+class _InRound:
     round: int
+    """The open round the outcome is about."""
     count: int
+    """Its members, this one included when it was added."""
 
 
 @dataclass(frozen=True)
-class Exists:
+class Added(_InRound):
+    """The member joined the open round (opened by it when `count` is 1)."""
+
+
+@dataclass(frozen=True)
+class Exists(_InRound):
     """The member is already in the open round (a retry while it is open): `record` as stored."""
 
-    round: int
-    count: int
     record: MemberRecord
+
+
+@dataclass(frozen=True)
+class Mismatch(_InRound):
+    """The open round was opened with other settings (`meta`): the member does not fit it."""
+
+    meta: GroupMeta
+
+
+@dataclass(frozen=True)
+class Full(_InRound):
+    """The open round already holds its group_size members, and this one is not among them."""
 
 
 @dataclass(frozen=True)
@@ -46,23 +61,6 @@ class Answered:
 
     round: int
     result: RoundResult
-
-
-@dataclass(frozen=True)
-class Mismatch:
-    """The open round was opened with other settings (`meta`): the member does not fit it."""
-
-    round: int
-    count: int
-    meta: GroupMeta
-
-
-@dataclass(frozen=True)
-class Full:
-    """The open round already holds its group_size members, and this one is not among them."""
-
-    round: int
-    count: int
 
 
 @dataclass(frozen=True)
