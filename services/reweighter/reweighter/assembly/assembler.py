@@ -30,6 +30,7 @@ from ..engine.checks import check_member
 from ..errors import Overloaded, PreconditionFailed, StoreUnavailable
 from ..limits import Limits
 from .machine import Added, Answered, Bounded, Exists, Full, Mismatch
+from .pace import Pace
 from .records import Member, RoundResult, encode
 from .round import (
     CLAIM_TTL_S,
@@ -78,6 +79,12 @@ class GroupAssembler:
     def waiting(self) -> int:
         """Members waiting on this replica now."""
         return self._waiting
+
+    @property
+    def pace(self) -> Pace:
+        """This replica's members' turns through the event loop (pace.py); the HTTP layer
+        takes one before parsing a member's request."""
+        return self._ctx.pace
 
     @property
     def open_groups(self) -> int:
