@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import socket
 import threading
@@ -49,6 +50,16 @@ class _Uvicorn(uvicorn.Server):
     def capture_signals(self) -> Iterator[None]:
         yield
 
+
+
+def freeze_heap() -> None:
+    """Move every object alive now (the model, torch, transformers: about 500,000 of them) to
+    the permanent generation, out of the collector's reach. Why: a full collection otherwise
+    walks them all, 3 to 5 s on a loaded 2-core machine, holding the GIL and so the event loop;
+    an assembly flood allocates enough to trigger one every few seconds, and /healthz waited
+    up to 4.4 s (issue 29; bench/bench_health_flood.py). Nothing loaded at start is freed
+    later, so nothing is lost by never collecting it."""
+    gc.freeze()
 
 class Service:
     """Both transports over one engine, on the running event loop.
@@ -136,6 +147,8 @@ class Service:
         )
         if not self.engine.ready:
             self._tasks.append(asyncio.create_task(self._load()))
+        else:
+            freeze_heap()
 
     async def _load(self) -> None:
         try:
@@ -145,6 +158,7 @@ class Service:
             self._exit_code = 1
             self._stop.set()
             return
+        freeze_heap()
         await self.grpc.mark_serving()
         embedder = self.engine.embedder
         assert embedder is not None

@@ -93,6 +93,7 @@ def create_app(
         metrics=metrics,
         api_key=settings.api_key,
         own_secret=lambda path: is_token_path(path, token),
+        pace=assembler.pace if assembler is not None else None,
     )
     return app
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ...assembly.pace import Pace
 from ...errors import LimitExceeded, ReweighterError, Unauthenticated
 from ...wire.http import ErrorOut
 from ..auth import check_bearer
@@ -30,6 +31,10 @@ def endpoint_name(path: str) -> str:
 PROTECTED_PREFIX = "/v1/"
 
 
+MEMBER_PREFIX = "/v1/groups/"
+"""The group-member route (`POST /v1/groups/{group_id}/members`): paced."""
+
+
 class BodyLimit:
     """401 without the API key (on /v1/ routes), then 413 for bodies over the limit, before
     anything reads or parses them.
@@ -45,11 +50,15 @@ class BodyLimit:
         metrics: Metrics,
         api_key: str | None = None,
         own_secret: Callable[[str], bool] | None = None,
+        pace: Pace | None = None,
     ) -> None:
         """`own_secret(path)`: True for a path that carries its own secret and has passed its
-        check (raises Unauthenticated when it fails); such a path needs no bearer key."""
+        check (raises Unauthenticated when it fails); such a path needs no bearer key. `pace`:
+        the assembler's (assembly/pace.py); a group member's request takes a turn before its
+        routing and parsing, so a burst of them cannot hold the loop in one iteration."""
         self.app, self.limit, self.metrics, self.api_key = app, limit, metrics, api_key
         self.own_secret = own_secret
+        self.pace = pace
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -66,6 +75,8 @@ class BodyLimit:
         except Unauthenticated as exc:
             await self._refuse(scope, send, exc)
             return
+        if self.pace is not None and path.startswith(MEMBER_PREFIX):
+            await self.pace.turn()
         declared = headers.get(b"content-length")
         if declared is not None:
             if declared.isdigit() and int(declared) > self.limit:
