@@ -1,0 +1,91 @@
+"""README's experiment line says what EXPERIMENTS.md says, and its numbers are the data's.
+
+The line is the one place most readers meet the experiments; it must not drift from the write-up
+or from the per-step logs. The numbers are recomputed here from results.json with numpy alone
+(not through decision.py, which wrote the write-up's figures).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PICKONE = REPO / "experiments" / "pickone-6seed" / "results.json"
+
+
+def readme_line() -> str:
+    lines = [ln for ln in (REPO / "README.md").read_text().splitlines()
+             if ln.startswith("Experiments (SmolLM2-135M")]
+    assert len(lines) == 1, "README.md has exactly one experiment line"
+    return lines[0]
+
+
+def lead() -> str:
+    """EXPERIMENTS.md up to its first pickone run section: the reading it leads with."""
+    text = (REPO / "EXPERIMENTS.md").read_text()
+    return text.split("\n## pickone (2026-11-25)", 1)[0]
+
+
+def numbers(text: str) -> list[str]:
+    return re.findall(r"[+-]?\d+\.\d+", text)
+
+
+def pickone_area() -> tuple[float, float, float]:
+    """(mean, standard error) of the paired MMR - GRPO mean training accuracy, and the mean
+    gain a 0.52-compressed GRPO curve predicts (linear between steps, last-10 mean after)."""
+    runs = json.loads(PICKONE.read_text())["runs"]
+    by = {(r["method"], r["seed"]): np.asarray(r["accuracy_curve"]) for r in runs}
+    seeds = sorted(s for m, s in by if m == "grpo")
+    d = np.array([by["mmr", s].mean() - by["grpo", s].mean() for s in seeds])
+    gains = []
+    for s in seeds:
+        c = by["grpo", s]
+        n = len(c)
+        x = np.arange(1, n + 1) / 0.52
+        fast = np.where(x <= n, np.interp(x, np.arange(1, n + 1), c), c[-10:].mean())
+        gains.append(fast.mean() - c.mean())
+    return float(d.mean()), float(d.std(ddof=1) / np.sqrt(len(d))), float(np.mean(gains))
+
+
+def test_readme_line_quotes_only_what_experiments_md_leads_with() -> None:
+    line, head = readme_line(), lead()
+    for phrase in ("no evidence of a 2x speed-up at this scale", "2x speed-up not excluded"):
+        assert phrase in line.lower() and phrase in head.lower().replace("**", "")
+    missing = [x for x in numbers(line) if x.lstrip("+") not in head]
+    assert not missing, f"README quotes {missing}, which EXPERIMENTS.md's lead does not"
+
+
+def test_readme_numbers_recompute_from_the_per_step_logs() -> None:
+    mean, se, delta = pickone_area()
+    line = readme_line()
+    assert f"{mean:+.3f}" in line and f"standard error {se:.3f}" in line
+    assert f"{delta:+.3f} predicted by a 2x speed-up" in line
+    # and the claim itself: the interval holds both no effect and the 2x prediction
+    from scipy import stats
+
+    q = stats.t.ppf(0.975, 5)
+    assert mean - q * se < 0 < delta < mean + q * se
+
+
+@pytest.mark.parametrize("figure", ["-0.057", "+0.105", "1.06", "1.76", "0.92", "1.15", "1.02"])
+def test_the_leads_audit_figures_are_the_audits(figure: str) -> None:
+    """EXPERIMENTS.md's audit figures, as decision.audit_pickone computes them from the file."""
+    from reweighter_trainer.decision import audit_dir
+
+    a = audit_dir(PICKONE.parent)
+    got = {
+        "-0.057": a["area_diff"]["ci95"][0], "+0.105": a["area_diff"]["ci95"][1],
+        "1.06": a["swapped_roles"]["median_ratio"],
+        "1.76": a["swapped_roles"]["median_ratio_grpo_informative_seeds"],
+        "0.92": a["median_ratio_by_target_se"]["0"], "1.15": a["median_ratio_by_target_se"]["1"],
+        "1.02": a["median_ratio_by_target_se"]["2"],
+    }[figure]
+    places = len(figure.split(".")[1])
+    assert f"{got:+.{places}f}".lstrip("+") == figure.lstrip("+") and figure in lead()
+    assert a["first_rule_verdict"] == "inconclusive" and a["verdict"] == "refuted"
+    assert a["mmr_groups"] == {"groups": 240, "all_rewards_equal": 101, "left_unchanged": 101}
