@@ -237,13 +237,15 @@ def _decide(runs: list[dict], out: Path, client, offline_ok: bool,
 
     extra: dict[str, Any] = {}
     methods = {r["method"] for r in runs}
-    if opts is not None and opts.pilot:
-        pilot = json.loads(Path(opts.pilot).read_text())
+    if opts is not None and (opts.pilot or opts.rule == "area"):
+        # without a pilot (a --quick check before one exists) delta_2x is NaN: nothing is
+        # "refuted", and results.json says there was no pilot
+        pilot = json.loads(Path(opts.pilot).read_text()) if opts.pilot else {}
         arms = [m for m in opts.methods.split(",") if m and m != "grpo"]
         extra["decision"] = {
-            **area_decision(runs, pilot["delta_2x"], arms=arms),
+            **area_decision(runs, pilot.get("delta_2x", float("nan")), arms=arms),
             "power": pilot.get("power"),
-            "pilot": str(opts.pilot),
+            "pilot": str(opts.pilot) if opts.pilot else None,
             "preregistered_commit": opts.preregistered,
         }
         log(f"decision: {extra['decision']['verdict_per_arm']}")
@@ -286,6 +288,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="steps_to_target: trailing-3-step mean training accuracy to reach")
     p.add_argument("--base-eval", action="store_true", help="also evaluate the untrained policy")
     p.add_argument("--pilot", help="pilot.json (delta_2x, power): decide by the area rule")
+    p.add_argument("--rule", choices=("area", "ratio"), default="ratio",
+                   help="area: decision.AREA_RULE (implied by --pilot); ratio: pickone's rule")
     p.add_argument("--preregistered", help="the commit whose EXPERIMENTS.md holds the rule")
     p.add_argument("--no-dra-offline", action="store_true",
                    help="skip DRA's offline check on GRPO's groups (DRA is trained)")
