@@ -131,3 +131,24 @@ def test_the_picktwo_config_parses() -> None:
     assert cfg.dataset.name == "picktwo" and dict(cfg.rewards) == {"answer_format": 1.0,
                                                                    "cosine": 2.0}
     assert np.isfinite(cfg.grpo["learning_rate"])
+
+
+def test_every_arm_is_a_config_the_trainer_accepts() -> None:
+    """The arms' methods and params pass the trainer's own check (a bad one would fail only
+    after the policy loaded, an hour into a CPU run); MMR is the paper's (diversify)."""
+    from reweighter.methods.catalog import CATALOG
+    from reweighter_trainer.config import ConfigError
+    from reweighter_trainer.experiment import ARMS, DECLARED_ARMS
+
+    raw = load_raw(REPO / "trainer/configs/smollm2-picktwo.yaml")
+    for method, params in ARMS.values():
+        raw["reweighter"].update(method=method, params=dict(params))
+        assert parse(raw).reweighter.params == params
+    assert ARMS["mmr"][1]["equal_rewards"] == "diversify"
+    for method, params in DECLARED_ARMS.values():  # offered once the methods branch lands
+        raw["reweighter"].update(method=method, params=dict(params))
+        if method in CATALOG:
+            parse(raw)
+        else:
+            with pytest.raises(ConfigError, match=method):
+                parse(raw)

@@ -324,17 +324,31 @@ def fit_tau(curves: Sequence[Sequence[float]], ramp: Sequence[float], phi: float
     return float(grid[int(np.argmin(np.abs(np.array(sds) - target)))])
 
 
+def fit_tau_paired(ramp: Sequence[float], phi: float, group: int, paired_sd: float,
+                   n: int = 20000, seed: int = 1) -> float:
+    """The run-speed spread tau whose simulated sd of a paired difference (two independent
+    runs, no effect) equals `paired_sd`, an observed one (pickone's: 0.077)."""
+    rng = np.random.default_rng(seed)
+    r = np.asarray(ramp, dtype=np.float64)
+    grid = np.linspace(0, 0.6, 25)
+    sds = [float(np.std(_areas(rng, r, np.exp(rng.normal(0, t, n)), phi, group)
+                        - _areas(rng, r, np.exp(rng.normal(0, t, n)), phi, group)))
+           for t in grid]
+    return float(grid[int(np.argmin(np.abs(np.array(sds) - paired_sd)))])
+
+
 POWER_SEEDS = (8, 10, 12, 16)
 POWER_ARMS = (1, 2, 3)
 
 
-def pilot_summary(results: dict[str, Any], n: int = 1000, group: int | None = None
-                  ) -> dict[str, Any]:
+def pilot_summary(results: dict[str, Any], n: int = 1000, group: int | None = None,
+                  paired_sd: float | None = None) -> dict[str, Any]:
     """What the pilot fixes (issue 31, item 3) from its GRPO runs' per-step curves: delta_2x,
     the overdispersion phi (mean over runs), the run-speed spread tau, the ramp, the threshold
     for the secondary "steps to threshold" (half-way from the first 5 steps' mean to the last
     10 steps' mean), saturation (mean of the last 10 steps over seeds), and the power table of
-    AREA_RULE (n simulated experiments per row)."""
+    AREA_RULE (n simulated experiments per row) at tau and, given an observed `paired_sd`, at
+    the tau calibrated to it (fit_tau_paired; else at 2 tau)."""
     curves = [r["accuracy_curve"] for r in results["runs"] if r["method"] == "grpo"]
     steps = min(len(c) for c in curves)
     curves = [c[:steps] for c in curves]
@@ -347,7 +361,8 @@ def pilot_summary(results: dict[str, Any], n: int = 1000, group: int | None = No
     first = float(np.mean([np.mean(c[:5]) for c in curves]))
     last = float(np.mean([np.mean(c[-10:]) for c in curves]))
     power = []
-    for t in (tau, max(2 * tau, 0.2)):
+    tau_paired = fit_tau_paired(ramp, phi, g, paired_sd) if paired_sd else None
+    for t in (tau, tau_paired if tau_paired is not None else max(2 * tau, 0.2)):
         for k in POWER_ARMS:
             for seeds in POWER_SEEDS:
                 row = simulate_power(ramp, phi=phi, tau=t, seeds=seeds, arms=k, delta_2x=delta,
@@ -361,6 +376,7 @@ def pilot_summary(results: dict[str, Any], n: int = 1000, group: int | None = No
         "steps": steps, "seeds": sorted(r["seed"] for r in results["runs"]),
         "completions_per_step": g, "learning_rate": results["task"].get("learning_rate"),
         "delta_2x": delta, "phi": phi, "phi_per_run": phis, "tau": tau,
+        "tau_paired": tau_paired, "paired_sd": paired_sd,
         "areas": [area(c) for c in curves], "first5_mean": first, "last10_mean": last,
         "saturated": last > 0.85, "threshold": (first + last) / 2, "ramp": ramp,
         "power": power,
@@ -415,8 +431,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if len(args) >= 2 and args[0] == "--pilot":
         out = Path(args[1])
+        rest = args[2:]
+        paired = float(rest[rest.index("--paired-sd") + 1]) if "--paired-sd" in rest else None
+        num = [a for a in rest if a.isdigit()]
         summary = pilot_summary(json.loads((out / "results.json").read_text()),
-                                n=int(args[2]) if len(args) > 2 else 1000)
+                                n=int(num[0]) if num else 1000, paired_sd=paired)
         (out / "pilot.json").write_text(json.dumps(summary, indent=2))
         print("| tau | arms | seeds | P(speeds up), true 2x | P(speeds up), no effect | "
               "P(refuted), true 2x | P(refuted), no effect |")
@@ -425,13 +444,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"| {r['tau']:.2f} | {r['arms']} | {r['seeds']} | {r['power_2x']:.2f} | "
                   f"{r['false_speedup']:.3f} | {r['refuted_under_2x']:.3f} | "
                   f"{r['refuted_under_no_effect']:.2f} |")
-        keys = ("steps", "seeds", "delta_2x", "phi", "tau", "first5_mean", "last10_mean",
-                "saturated", "threshold")
+        keys = ("steps", "seeds", "delta_2x", "phi", "tau", "tau_paired", "first5_mean",
+                "last10_mean", "saturated", "threshold")
         print(json.dumps({k: summary[k] for k in keys}))
         return 0
     if not args or args[0] != "--simulate":
         print("usage: python -m reweighter_trainer.decision --simulate [N] | --audit DIR | "
-              "--pilot DIR [N]")
+              "--pilot DIR [N] [--paired-sd SD]")
         return 2
     n = int(args[1]) if len(args) > 1 else 300
     print("| GRPO reaches | in steps | MMR speed | confirmed | refuted | inconclusive |")
