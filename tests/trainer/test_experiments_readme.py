@@ -92,3 +92,37 @@ def test_the_leads_audit_figures_are_the_audits(figure: str) -> None:
     assert f"{got:+.{places}f}".lstrip("+") == figure.lstrip("+") and figure in lead()
     assert a["first_rule_verdict"] == "inconclusive" and a["verdict"] == "refuted"
     assert a["mmr_groups"] == {"groups": 240, "all_rewards_equal": 101, "left_unchanged": 101}
+
+
+def test_the_audit_command_as_written() -> None:
+    """EXPERIMENTS.md's `python -m reweighter_trainer.decision --audit experiments/pickone-6seed`,
+    in a fresh process: the JSON it prints holds the lead's figures."""
+    import subprocess
+    import sys
+
+    cmd = "python -m reweighter_trainer.decision --audit experiments/pickone-6seed"
+    assert cmd in (REPO / "EXPERIMENTS.md").read_text()
+    proc = subprocess.run([sys.executable, *cmd.split()[1:]], capture_output=True, text=True,
+                          timeout=300, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    a = json.loads(proc.stdout)
+    assert round(a["area_diff"]["mean"], 3) == 0.024 and round(a["delta_2x"], 3) == 0.091
+
+
+def test_the_pilot_command_on_the_provisional_curves(tmp_path: Path) -> None:
+    """`decision --pilot DIR N --paired-sd SD` (EXPERIMENTS.md's provisional table, with 1000
+    experiments a row there; 40 here to stay quick): pilot.json and the printed table."""
+    import shutil
+    import subprocess
+    import sys
+
+    shutil.copy(REPO / "experiments/picktwo-provisional/results.json", tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "reweighter_trainer.decision", "--pilot", str(tmp_path), "40",
+         "--paired-sd", "0.0772"], capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads((tmp_path / "pilot.json").read_text())
+    committed = json.loads((REPO / "experiments/picktwo-provisional/pilot.json").read_text())
+    for key in ("delta_2x", "phi", "tau", "tau_paired", "last10_mean"):
+        assert got[key] == pytest.approx(committed[key]), key
+    assert len(got["power"]) == 24 and proc.stdout.count("\n| ") == 24  # 24 rows after the header
