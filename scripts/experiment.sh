@@ -1,22 +1,35 @@
 #!/usr/bin/env bash
-# GRPO vs MMR on SmolLM2-135M-Instruct (trainer/configs/smollm2-pickone.yaml: the pickone task,
-# the papers' reward), one command: sets up .venv, converts the policy once, starts a Reweighter
-# service on loopback, trains and evaluates every (method, seed), writes OUT/results.json (with
-# the pre-registered decision and DRA checked offline on GRPO's groups) and plots, and stops the
-# service. Runs resume: finished (method, seed) pairs in OUT/runs are reused.
-#   bash scripts/experiment.sh --quick --out experiments/cpu-quick   # 1 seed x 3 steps, a check
-#   bash scripts/experiment.sh --out experiments/pickone-6seed       # the pre-registered run
+# GRPO vs MMR vs DRA on SmolLM2-135M-Instruct (trainer/configs/smollm2-picktwo.yaml: the picktwo
+# task, the papers' reward with its length term scaled to the task), one command: sets up .venv,
+# converts the policy once, starts a Reweighter service on loopback, trains and evaluates every
+# (arm, seed), writes OUT/results.json (with the pre-registered area rule's verdict per arm, its
+# intervals and the pilot's power table) and plots, and stops the service. Runs resume: finished
+# (arm, seed) pairs in OUT/runs are reused; rerun the same command to go on.
+#   bash scripts/experiment.sh --quick --out experiments/cpu-quick-picktwo  # 1 seed x 3 steps
+#   bash scripts/experiment.sh --pilot --out experiments/picktwo-pilot     # GRPO, seeds 100-101
+#   bash scripts/experiment.sh --out experiments/picktwo-main              # the main runs
+#   bash scripts/experiment.sh --pickone --out experiments/pickone-6seed   # the earlier one
 # Anything after the known flags goes to `python -m reweighter_trainer.experiment`
 # (e.g. --steps 8 --seeds 0,1 max_completion_length=48).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=experiments/run
-MODE=(--methods grpo,mmr --seeds 0,1,2,3,4,5 --steps 40 --eval-prompts 54 --samples 8 --base-eval)
-CONFIG=trainer/configs/smollm2-pickone.yaml
+PILOT=experiments/picktwo-pilot/pilot.json
+PREREG=$(cat experiments/picktwo-pilot/PREREGISTERED 2>/dev/null || echo none)
+DECIDE=(--rule area --preregistered "$PREREG")
+[ -f "$PILOT" ] && DECIDE+=(--pilot "$PILOT")
+CONFIG=trainer/configs/smollm2-picktwo.yaml
+MODE=(--methods grpo,mmr,dra --seeds 0,1,2,3,4,5,6,7 --steps 50 --eval-prompts 27 --samples 8
+      --base-eval --rule area --pilot "$PILOT" --preregistered "$PREREG" --no-dra-offline)
 EXTRA=()
 while [ $# -gt 0 ]; do
   case "$1" in
-    --quick) MODE=(--methods grpo,mmr --seeds 0 --steps 3 --eval-prompts 3 --samples 8); shift ;;
+    --quick) MODE=(--methods grpo,mmr,dra --seeds 0 --steps 3 --eval-prompts 3 --samples 8
+                   "${DECIDE[@]}" --no-dra-offline); shift ;;
+    --pilot) MODE=(--methods grpo --seeds 100,101 --steps 50 --eval-prompts 9 --samples 8); shift ;;
+    --pickone) CONFIG=trainer/configs/smollm2-pickone.yaml
+               MODE=(--methods grpo,mmr-keep --seeds 0,1,2,3,4,5 --steps 40 --eval-prompts 54
+                     --samples 8 --base-eval); shift ;;
     --out) OUT=$2; shift 2 ;;
     --config) CONFIG=$2; shift 2 ;;
     *) EXTRA+=("$1"); shift ;;

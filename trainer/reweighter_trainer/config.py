@@ -1,7 +1,7 @@
 """The trainer's YAML config: GRPOConfig fields at the top level, plus four sections.
 
     model:      {tiny: {...}} (build a tiny local model), {smollm2: {}} or {name_or_path: ...}
-    dataset:    {name: arith | wordmath | wordadd | pickone | gsm8k | math, split, limit}
+    dataset:    {name: arith | wordmath | wordadd | pickone | picktwo | gsm8k | math, ...}
     rewards:    {name: weight}: accuracy, format, final_answer, correct, answer_format, cosine
                 (the papers' reward: {answer_format: 1.0, cosine: 2.0}; see rewards.py)
     reweighter: {backend, url | grpc, method, params, advantages, long_text, api_key, ...}
@@ -51,7 +51,7 @@ class ModelSection(BaseModel):
 
 class DatasetSection(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    name: Literal["arith", "wordmath", "wordadd", "pickone", "gsm8k", "math"] = "arith"
+    name: Literal["arith", "wordmath", "wordadd", "pickone", "picktwo", "gsm8k", "math"] = "arith"
     split: str = "train"
     limit: int | None = Field(None, ge=1)
 

@@ -8,7 +8,7 @@ functions over results.json entries and group logs, so they run on synthetic log
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from .metrics import (
     decide,
     paired,
     seed_ratio,
+    trailing,
 )
 
 SECONDARY = ("sample_accuracy", "pass_at_k", "distinct_correct")
@@ -89,6 +90,299 @@ def dra_offline(groups: Iterable[dict[str, Any]], reweight) -> dict[str, Any]:
     }
 
 
+# --- the audit of pickone (issue 31): every figure EXPERIMENTS.md quotes beside its verdict ----
+
+SPEEDUP = 0.52
+"""The paper's claim: MMR-GRPO reaches GRPO's accuracy in 52 % of the steps (47.9 % fewer)."""
+
+
+def compressed(curve: Sequence[float], speed: float = SPEEDUP, window: int = WINDOW
+               ) -> list[float]:
+    """The curve a `1 / speed`-times faster learner would log: step t (1-based) takes the
+    accuracy `curve` had at step t / speed (linear between steps); past the budget, the mean of
+    the last `window` steps (the plateau it had reached)."""
+    c = np.asarray(curve, dtype=np.float64)
+    n = len(c)
+    tail = float(c[-window:].mean())
+    out = []
+    for t in range(1, n + 1):
+        x = t / speed
+        out.append(float(np.interp(x, np.arange(1, n + 1), c)) if x <= n else tail)
+    return out
+
+
+def delta_for_speedup(curves: Sequence[Sequence[float]], speed: float = SPEEDUP) -> float:
+    """The paired gain in mean accuracy over the budget that a true speed-up predicts: mean over
+    curves of mean(compressed(curve)) - mean(curve)."""
+    return float(np.mean([np.mean(compressed(c, speed)) - np.mean(c) for c in curves]))
+
+
+def overdispersion(curve: Sequence[float], group: int, window: int = 5) -> float:
+    """Var of a run's per-step accuracy around its centred `window`-step moving mean, over the
+    binomial variance mean(p(1-p)/group) at that mean (1: binomial; more: prompts differ in
+    difficulty, which one prompt per step cannot average away). The moving mean itself is noisy,
+    so this is a lower bound-leaning estimate (a mean of `window` steps removes part of the noise:
+    the residual variance is scaled back by window / (window - 1))."""
+    c = np.asarray(curve, dtype=np.float64)
+    half = window // 2
+    res, binv = [], []
+    for t in range(half, len(c) - half):
+        m = float(c[t - half : t + half + 1].mean())
+        res.append(c[t] - m)
+        binv.append(m * (1 - m) / group)
+    bin_var = float(np.mean(binv))
+    if bin_var <= 0:
+        return float("nan")
+    return float(np.var(res, ddof=1) * window / (window - 1) / bin_var)
+
+
+def t_interval(d: Sequence[float], level: float) -> tuple[float, float, float, float]:
+    """(mean, standard error, lower, upper) of the two-sided `level` t interval of paired
+    differences `d`."""
+    from scipy import stats
+
+    x = np.asarray(d, dtype=np.float64)
+    m, se = float(x.mean()), float(x.std(ddof=1) / np.sqrt(len(x)))
+    q = float(stats.t.ppf(0.5 + level / 2, len(x) - 1))
+    return m, se, m - q * se, m + q * se
+
+
+def audit_pickone(results: dict[str, Any], group_logs: dict[str, list[dict]] | None = None
+                  ) -> dict[str, Any]:
+    """The pickone verdict read again from its own per-step curves (issue 31): the ceiling, the
+    rule's dependence on which arm sets the target and on the target's offset, the rule as first
+    committed, the learning-curve area against what a 2x speed-up predicts, the steps'
+    overdispersion and, from MMR's group logs, the groups `equal_rewards: keep` left alone."""
+    by = {(r["method"], r["seed"]): r["accuracy_curve"] for r in results["runs"]}
+    seeds = sorted(s for (m, s) in by if m == "grpo" and ("mmr", s) in by)
+    g = {s: by[("grpo", s)] for s in seeds}
+    m = {s: by[("mmr", s)] for s in seeds}
+
+    def median_ratio(a, b, target_se):
+        per = {s: seed_ratio(a[s], b[s], target_se=target_se) for s in seeds}
+        rs = [p["ratio"] for p in per.values() if p.get("informative")]
+        return float(np.median(rs)), decide(per), per
+
+    def first_rule(per):  # commit 3004225: target = the peak, claim 0.75
+        rs = [p["ratio"] for p in per.values() if p.get("informative")]
+        if len(rs) < 5:
+            return "inconclusive"
+        if all(r < 1 for r in rs) and float(np.median(rs)) <= 0.75:
+            return "confirmed"
+        if sum(r <= 0.75 for r in rs) <= 1:
+            return "refuted"
+        return "inconclusive"
+
+    per1 = {s: seed_ratio(g[s], m[s]) for s in seeds}
+    offsets = {str(k): median_ratio(g, m, k)[0] for k in (0, 1, 2)}
+    swapped_median, swapped_verdict, per_sw = median_ratio(m, g, TARGET_SE)
+    # the same swap, counting the seeds GRPO's rule counted (GRPO learned on them)
+    sw_same = float(np.median([per_sw[s]["ratio"] for s in seeds if per1[s]["informative"]]))
+    _, _, per0 = median_ratio(g, m, 0.0)
+    area = [float(np.mean(m[s]) - np.mean(g[s])) for s in seeds]
+    mean, se, lo, hi = t_interval(area, 0.95)
+    out: dict[str, Any] = {
+        "seeds": seeds,
+        "grpo_peak": {str(s): max(trailing(g[s])) for s in seeds},
+        "target": {str(s): per1[s]["target"] for s in seeds},
+        "mmr_peak": {str(s): max(trailing(m[s])) for s in seeds},
+        "verdict": decide(per1),
+        "median_ratio_by_target_se": offsets,
+        "swapped_roles": {"median_ratio": swapped_median, "verdict": swapped_verdict,
+                          "median_ratio_grpo_informative_seeds": sw_same},
+        "first_rule_verdict": first_rule(per0),
+        "area_diff": {"per_seed": area, "mean": mean, "se": se, "ci95": [lo, hi]},
+        "delta_2x": delta_for_speedup([g[s] for s in seeds]),
+        "overdispersion": {f"{k}-{s}": overdispersion(by[(k, s)], GROUP)
+                           for k in ("grpo", "mmr") for s in seeds},
+    }
+    if group_logs and "mmr" in group_logs:
+        gs = group_logs["mmr"]
+        tied = [x for x in gs if len(set(x["base_rewards"])) == 1]
+        kept = [x for x in tied  # the service's float round trip moves the last digit
+                if np.allclose(x["rewards"], x["base_rewards"], rtol=0, atol=1e-9)]
+        out["mmr_groups"] = {"groups": len(gs), "all_rewards_equal": len(tied),
+                             "left_unchanged": len(kept)}
+    return out
+
+
+# --- the picktwo rule (issue 31, item 5; pre-registered in EXPERIMENTS.md) --------------------
+
+AREA_LEVEL = 0.95
+"""Family-wise confidence of the per-arm intervals (Bonferroni over the arms compared)."""
+
+AREA_RULE = (
+    "Primary metric per run: mean training accuracy over the step budget (the learning-curve "
+    "area; training accuracy per step = the fraction of the step's completions the task's "
+    "checker accepts). Per arm A vs GRPO: the paired differences d_s = area(A, s) - area(GRPO, "
+    "s) over the seeds s both ran; their two-sided t interval at family-wise 95 % (each at "
+    "1 - 0.05 / k, k = the number of arms compared with GRPO). 'speeds up' if the lower bound "
+    "> 0; 'refuted' if the upper bound < delta_2x (the gain a true 2x speed-up predicts, fixed "
+    "from the pilot); else 'inconclusive'. Secondary, reported not voted: held-out accuracy, "
+    "pass@k, distinct correct answers per prompt, steps to the pilot's threshold."
+)
+
+
+def area(curve: Sequence[float]) -> float:
+    """The learning-curve area: mean training accuracy over the steps run."""
+    return float(np.mean(curve))
+
+
+def area_verdict(d: Sequence[float], delta_2x: float, arms: int, level: float = AREA_LEVEL
+                 ) -> dict[str, Any]:
+    """AREA_RULE for one arm from its paired differences `d` (one per seed)."""
+    if len(d) < 2:
+        return {"verdict": "inconclusive", "reason": "fewer than 2 paired seeds", "n": len(d)}
+    each = 1 - (1 - level) / max(arms, 1)
+    mean, se, lo, hi = t_interval(d, each)
+    verdict = "speeds up" if lo > 0 else "refuted" if hi < delta_2x else "inconclusive"
+    return {"verdict": verdict, "n": len(d), "mean": mean, "se": se, "level": each,
+            "interval": [lo, hi], "diffs": list(map(float, d))}
+
+
+def area_decision(runs: list[dict[str, Any]], delta_2x: float, base: str = "grpo",
+                  arms: Sequence[str] | None = None) -> dict[str, Any]:
+    """AREA_RULE over results.json runs: {verdict_per_arm, intervals, delta_2x, rule}."""
+    by = {(r["method"], r["seed"]): r for r in runs}
+    arms = sorted({m for m, _ in by if m != base}) if arms is None else list(arms)
+    per = {}
+    for arm in arms:
+        seeds = sorted(s for m, s in by if m == base and (arm, s) in by)
+        d = [area(by[(arm, s)]["accuracy_curve"]) - area(by[(base, s)]["accuracy_curve"])
+             for s in seeds]
+        per[arm] = {**area_verdict(d, delta_2x, len(arms)), "seeds": seeds}
+    return {"rule": AREA_RULE, "base": base, "delta_2x": delta_2x,
+            "verdict_per_arm": {a: v["verdict"] for a, v in per.items()}, "intervals": per}
+
+
+def fitted_ramp(curves: Sequence[Sequence[float]], window: int = 5) -> list[float]:
+    """The pilot's mean curve over seeds, smoothed by a centred `window`-step mean (shorter at
+    the ends): the ramp the power simulation draws around."""
+    c = np.mean(np.asarray(curves, dtype=np.float64), axis=0)
+    half = window // 2
+    return [float(c[max(0, t - half) : t + half + 1].mean()) for t in range(len(c))]
+
+
+def _warp(ramp: np.ndarray, factor: np.ndarray, tail: float) -> np.ndarray:
+    """The ramp run `factor` times as fast, for an array of factors (shape F -> F x steps):
+    step t takes the ramp at t * factor, the plateau `tail` past the end."""
+    n = len(ramp)
+    x = np.arange(1, n + 1)[None, :] * np.asarray(factor, dtype=np.float64)[..., None]
+    return np.where(x <= n, np.interp(x, np.arange(1, n + 1), ramp), tail)
+
+
+def _areas(rng: np.random.Generator, ramp: np.ndarray, factor: np.ndarray, phi: float,
+           group: int) -> np.ndarray:
+    """Simulated areas of runs at speeds `factor` (any shape): beta-binomial steps with mean
+    the warped ramp and variance `phi` times binomial's, over `group` completions."""
+    tail = float(ramp[-10:].mean())
+    p = np.clip(_warp(ramp, factor, tail), 1e-3, 1 - 1e-3)
+    rho = min(max((phi - 1) / (group - 1), 1e-6), 0.999)  # phi = 1 + (g - 1) rho
+    q = rng.beta(p * (1 / rho - 1), (1 - p) * (1 / rho - 1))
+    return (rng.binomial(group, q) / group).mean(axis=-1)
+
+
+def simulate_power(ramp: Sequence[float], *, phi: float, tau: float, seeds: int, arms: int,
+                   delta_2x: float, group: int, n: int = 2000, seed: int = 0
+                   ) -> dict[str, float]:
+    """How often AREA_RULE says each verdict for one arm under no effect and under a true 2x
+    speed-up, `seeds` paired seeds, `arms` arms in the Bonferroni family.
+
+    Each run follows the pilot's `ramp` at a speed of its own, exp(N(0, tau^2)) (runs diverge:
+    one takes off earlier than another; tau is fitted to the pilot's seed-to-seed spread), times
+    1 / 0.52 for the faster arm; each step's accuracy is beta-binomial with mean p and variance
+    `phi` times binomial's (the measured overdispersion), over `group` completions.
+    """
+    from scipy import stats
+
+    rng = np.random.default_rng(seed)
+    r = np.asarray(ramp, dtype=np.float64)
+    q = float(stats.t.ppf(1 - (1 - AREA_LEVEL) / max(arms, 1) / 2, seeds - 1))
+    out = {}
+    for name, speed in (("no_effect", 1.0), ("2x", 1 / SPEEDUP)):
+        base = _areas(rng, r, np.exp(rng.normal(0, tau, (n, seeds))), phi, group)
+        arm = _areas(rng, r, speed * np.exp(rng.normal(0, tau, (n, seeds))), phi, group)
+        d = arm - base
+        m, se = d.mean(axis=1), d.std(axis=1, ddof=1) / np.sqrt(seeds)
+        up, ref = m - q * se > 0, m + q * se < delta_2x
+        out.update({f"{name}:speeds up": float(up.mean()),
+                    f"{name}:refuted": float((ref & ~up).mean()),
+                    f"{name}:inconclusive": float((~up & ~ref).mean())})
+    return out
+
+
+def fit_tau(curves: Sequence[Sequence[float]], ramp: Sequence[float], phi: float, group: int,
+            n: int = 4000, seed: int = 0) -> float:
+    """The run-speed spread tau whose simulated sd of a run's area matches the sd of the
+    observed runs' areas (a grid search; 0 when step noise alone explains the spread)."""
+    target = float(np.std([area(c) for c in curves], ddof=1))
+    rng = np.random.default_rng(seed)
+    r = np.asarray(ramp, dtype=np.float64)
+    grid = np.linspace(0, 1.0, 41)
+    sds = [float(np.std(_areas(rng, r, np.exp(rng.normal(0, t, n)), phi, group), ddof=1))
+           for t in grid]
+    return float(grid[int(np.argmin(np.abs(np.array(sds) - target)))])
+
+
+def fit_tau_paired(ramp: Sequence[float], phi: float, group: int, paired_sd: float,
+                   n: int = 20000, seed: int = 1) -> float:
+    """The run-speed spread tau whose simulated sd of a paired difference (two independent
+    runs, no effect) equals `paired_sd`, an observed one (pickone's: 0.077)."""
+    rng = np.random.default_rng(seed)
+    r = np.asarray(ramp, dtype=np.float64)
+    grid = np.linspace(0, 0.6, 25)
+    sds = [float(np.std(_areas(rng, r, np.exp(rng.normal(0, t, n)), phi, group)
+                        - _areas(rng, r, np.exp(rng.normal(0, t, n)), phi, group)))
+           for t in grid]
+    return float(grid[int(np.argmin(np.abs(np.array(sds) - paired_sd)))])
+
+
+POWER_SEEDS = (8, 10, 12, 16)
+POWER_ARMS = (1, 2, 3)
+
+
+def pilot_summary(results: dict[str, Any], n: int = 1000, group: int | None = None,
+                  paired_sd: float | None = None) -> dict[str, Any]:
+    """What the pilot fixes (issue 31, item 3) from its GRPO runs' per-step curves: delta_2x,
+    the overdispersion phi (mean over runs), the run-speed spread tau, the ramp, the threshold
+    for the secondary "steps to threshold" (half-way from the first 5 steps' mean to the last
+    10 steps' mean), saturation (mean of the last 10 steps over seeds), and the power table of
+    AREA_RULE (n simulated experiments per row) at tau and, given an observed `paired_sd`, at
+    the tau calibrated to it (fit_tau_paired; else at 2 tau)."""
+    curves = [r["accuracy_curve"] for r in results["runs"] if r["method"] == "grpo"]
+    steps = min(len(c) for c in curves)
+    curves = [c[:steps] for c in curves]
+    g = group or int(results["task"].get("completions_per_step") or GROUP)
+    phis = [overdispersion(c, g) for c in curves]
+    phi = float(np.nanmean(phis))
+    ramp = fitted_ramp(curves)
+    delta = delta_for_speedup(curves)
+    tau = fit_tau(curves, ramp, phi, g)
+    first = float(np.mean([np.mean(c[:5]) for c in curves]))
+    last = float(np.mean([np.mean(c[-10:]) for c in curves]))
+    power = []
+    tau_paired = fit_tau_paired(ramp, phi, g, paired_sd) if paired_sd else None
+    for t in (tau, tau_paired if tau_paired is not None else max(2 * tau, 0.2)):
+        for k in POWER_ARMS:
+            for seeds in POWER_SEEDS:
+                row = simulate_power(ramp, phi=phi, tau=t, seeds=seeds, arms=k, delta_2x=delta,
+                                     group=g, n=n, seed=seeds * 10 + k)
+                power.append({"tau": t, "arms": k, "seeds": seeds,
+                              "power_2x": row["2x:speeds up"],
+                              "false_speedup": row["no_effect:speeds up"],
+                              "refuted_under_2x": row["2x:refuted"],
+                              "refuted_under_no_effect": row["no_effect:refuted"]})
+    return {
+        "steps": steps, "seeds": sorted(r["seed"] for r in results["runs"]),
+        "completions_per_step": g, "learning_rate": results["task"].get("learning_rate"),
+        "delta_2x": delta, "phi": phi, "phi_per_run": phis, "tau": tau,
+        "tau_paired": tau_paired, "paired_sd": paired_sd,
+        "areas": [area(c) for c in curves], "first5_mean": first, "last10_mean": last,
+        "saturated": last > 0.85, "threshold": (first + last) / 2, "ramp": ramp,
+        "power": power,
+    }
+
+
 SCENARIOS = [(top, ramp, speed) for top in (0.5, 0.7) for ramp in (20, 30, 40)
              for speed in (1.0, 0.8, 0.52)]
 """Simulated training: accuracy climbs linearly from 0.24 (the gate) to `top` in `ramp` steps
@@ -117,14 +411,46 @@ def operating_characteristics(n: int = 300, seeds: int = 6, steps: int = 40, sta
     return rows
 
 
+def audit_dir(out: Path) -> dict[str, Any]:
+    """audit_pickone over OUT/results.json and OUT/runs/mmr-*.groups.jsonl."""
+    results = json.loads((out / "results.json").read_text())
+    logs = {"mmr": [g for p in sorted((out / "runs").glob("mmr-*.groups.jsonl"))
+                    for g in read_groups(p)]}
+    return audit_pickone(results, logs)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """`python -m reweighter_trainer.decision --simulate [N]`: the rule's operating
-    characteristics as a markdown table (EXPERIMENTS.md quotes it)."""
+    """`python -m reweighter_trainer.decision --simulate [N]`: the first rule's operating
+    characteristics as a markdown table; `--audit DIR`: the pickone audit (EXPERIMENTS.md) as
+    JSON."""
     import sys
 
     args = sys.argv[1:] if argv is None else argv
+    if len(args) == 2 and args[0] == "--audit":
+        print(json.dumps(audit_dir(Path(args[1])), indent=2))
+        return 0
+    if len(args) >= 2 and args[0] == "--pilot":
+        out = Path(args[1])
+        rest = args[2:]
+        paired = float(rest[rest.index("--paired-sd") + 1]) if "--paired-sd" in rest else None
+        num = [a for a in rest if a.isdigit()]
+        summary = pilot_summary(json.loads((out / "results.json").read_text()),
+                                n=int(num[0]) if num else 1000, paired_sd=paired)
+        (out / "pilot.json").write_text(json.dumps(summary, indent=2))
+        print("| tau | arms | seeds | P(speeds up), true 2x | P(speeds up), no effect | "
+              "P(refuted), true 2x | P(refuted), no effect |")
+        print("|---:|---:|---:|---:|---:|---:|---:|")
+        for r in summary["power"]:
+            print(f"| {r['tau']:.2f} | {r['arms']} | {r['seeds']} | {r['power_2x']:.2f} | "
+                  f"{r['false_speedup']:.3f} | {r['refuted_under_2x']:.3f} | "
+                  f"{r['refuted_under_no_effect']:.2f} |")
+        keys = ("steps", "seeds", "delta_2x", "phi", "tau", "tau_paired", "first5_mean",
+                "last10_mean", "saturated", "threshold")
+        print(json.dumps({k: summary[k] for k in keys}))
+        return 0
     if not args or args[0] != "--simulate":
-        print("usage: python -m reweighter_trainer.decision --simulate [N experiments per row]")
+        print("usage: python -m reweighter_trainer.decision --simulate [N] | --audit DIR | "
+              "--pilot DIR [N] [--paired-sd SD]")
         return 2
     n = int(args[1]) if len(args) > 1 else 300
     print("| GRPO reaches | in steps | MMR speed | confirmed | refuted | inconclusive |")

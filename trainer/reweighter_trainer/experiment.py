@@ -36,9 +36,21 @@ from .metrics import (
     pass_at_k,
     steps_to_target,
 )
+from .rewards import PICK_CHECKS
 
-ARMS = {"grpo": Method.NONE, "dra": Method.DRA, "mmr": Method.MMR}
-"""An experiment arm -> the reweighting method it trains with (GRPO: rewards unchanged)."""
+ARMS: dict[str, tuple[str, dict[str, Any]]] = {
+    "grpo": (Method.NONE.value, {}),
+    "dra": (Method.DRA.value, {}),
+    "mmr": (Method.MMR.value, {"lambda": "adaptive", "equal_rewards": "diversify"}),
+    "mmr-keep": (Method.MMR.value, {"lambda": "adaptive", "equal_rewards": "keep"}),
+}
+"""An experiment arm -> the reweighting method and params it trains with (GRPO: rewards
+unchanged). `mmr` is MMR-GRPO as the paper runs it (adaptive lambda, groups of equal rewards
+diversified); `mmr-keep` is what the pickone runs called "mmr" (equal groups left alone).
+Arms the service does not offer (darling, pass_at_k) are refused by the config check."""
+DECLARED_ARMS = {"darling": ("darling", {}), "grpo-passk": ("pass_at_k", {})}
+"""Arms of issue 31 whose methods are being added on another branch (issue: methods): run them
+with --methods darling,grpo-passk once `reweighter.methods.catalog` offers them."""
 
 
 def log(msg: str) -> None:
@@ -87,7 +99,7 @@ def evaluate(model, tok, rows: list[dict], *, n: int, k: int, max_new: int, seed
     the distinct answers named); elsewhere they are embedding clusters of the correct samples.
     """
     judge = _judge(rows)
-    exact = bool(rows) and rows[0].get("check") == "pick_one"
+    exact = bool(rows) and rows[0].get("check") in PICK_CHECKS
     prompts = [r["prompt"] for r in rows]
     model.eval()
     greedy = [g[0] for g in _generate(model, tok, prompts, 1, True, max_new, seed)]
@@ -162,11 +174,11 @@ def run_one(raw: dict, method: str, seed: int, steps: int, out: Path, eval_rows:
             opts: argparse.Namespace, embed) -> dict[str, Any]:
     """Train one (method, seed), evaluate it, return its results.json entry."""
     raw = json.loads(json.dumps(raw))
-    raw["reweighter"]["method"] = ARMS[method].value
+    name, params = {**ARMS, **DECLARED_ARMS}[method]
+    raw["reweighter"]["method"] = name
+    raw["reweighter"]["params"] = dict(params)
     raw["reweighter"]["url"] = opts.url
     raw.update(seed=seed, data_seed=seed, max_steps=steps, output_dir=str(out / f"{method}-{seed}"))
-    if method == "grpo":
-        raw["reweighter"]["params"] = {}
     cfg = parse(raw)
     from .data import load_dataset
     from .train import build_trainer
@@ -193,6 +205,7 @@ def run_one(raw: dict, method: str, seed: int, steps: int, out: Path, eval_rows:
                   temperature=cfg.grpo.get("temperature", 1.0))
     return {
         "method": method,
+        "reweighter": {"method": name, "params": params},
         "seed": seed,
         "steps": trainer.state.global_step,
         "reward_curve": curve,
@@ -212,20 +225,36 @@ def run_one(raw: dict, method: str, seed: int, steps: int, out: Path, eval_rows:
     }
 
 
-def _decide(runs: list[dict], out: Path, client, offline_ok: bool) -> dict[str, Any]:
-    """The pre-registered decision (GRPO vs MMR) and DRA checked offline on GRPO's groups."""
+def _decide(runs: list[dict], out: Path, client, offline_ok: bool,
+            opts: argparse.Namespace | None = None) -> dict[str, Any]:
+    """The pre-registered decision and DRA checked offline on GRPO's groups. With a pilot
+    (--pilot): the area rule (decision.AREA_RULE) over every arm against GRPO, with the pilot's
+    delta_2x and power table and the commit that pre-registered it; else pickone's ratio rule
+    (GRPO vs MMR)."""
     from reweighter.types import Group, ReweightRequest
 
-    from .decision import decision, dra_offline, read_groups
+    from .decision import area_decision, decision, dra_offline, read_groups
 
     extra: dict[str, Any] = {}
     methods = {r["method"] for r in runs}
-    if {"grpo", "mmr"} <= methods:
-        extra["decision"] = decision(runs)
+    if opts is not None and (opts.pilot or opts.rule == "area"):
+        # without a pilot (a --quick check before one exists) delta_2x is NaN: nothing is
+        # "refuted", and results.json says there was no pilot
+        pilot = json.loads(Path(opts.pilot).read_text()) if opts.pilot else {}
+        arms = [m for m in opts.methods.split(",") if m and m != "grpo"]
+        extra["decision"] = {
+            **area_decision(runs, pilot.get("delta_2x", float("nan")), arms=arms),
+            "power": pilot.get("power"),
+            "pilot": str(opts.pilot) if opts.pilot else None,
+            "preregistered_commit": opts.preregistered,
+        }
+        log(f"decision: {extra['decision']['verdict_per_arm']}")
+    elif {"grpo", "mmr"} <= methods or {"grpo", "mmr-keep"} <= methods:
+        extra["decision"] = decision(runs, arm="mmr" if "mmr" in methods else "mmr-keep")
         log(f"decision: {extra['decision']['verdict']} "
             f"({extra['decision']['informative_seeds']} informative seeds)")
     logs = sorted((out / "runs").glob("grpo-*.groups.jsonl"))
-    if logs:
+    if logs and not (opts is not None and opts.no_dra_offline):
         def reweight(method: str, groups: list[dict]) -> list[list[float]]:
             req = ReweightRequest(
                 groups=[Group(rewards=g["base_rewards"], completions=g["completions"])
@@ -258,6 +287,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--target", type=float, default=0.5,
                    help="steps_to_target: trailing-3-step mean training accuracy to reach")
     p.add_argument("--base-eval", action="store_true", help="also evaluate the untrained policy")
+    p.add_argument("--pilot", help="pilot.json (delta_2x, power): decide by the area rule")
+    p.add_argument("--rule", choices=("area", "ratio"), default="ratio",
+                   help="area: decision.AREA_RULE (implied by --pilot); ratio: pickone's rule")
+    p.add_argument("--preregistered", help="the commit whose EXPERIMENTS.md holds the rule")
+    p.add_argument("--no-dra-offline", action="store_true",
+                   help="skip DRA's offline check on GRPO's groups (DRA is trained)")
     p.add_argument("--collect-only", action="store_true",
                    help="write results.json from the finished runs in OUT/runs, train nothing")
     p.add_argument("overrides", nargs="*", help="config key=value overrides for every run")
@@ -265,10 +300,12 @@ def main(argv: list[str] | None = None) -> int:
     if opts.samples < opts.k:
         p.error(f"--samples ({opts.samples}) must be >= --k ({opts.k})")
     methods = [m.strip() for m in opts.methods.split(",") if m.strip()]
-    bad = [m for m in methods if m not in ARMS]
+    bad = [m for m in methods if m not in ARMS and m not in DECLARED_ARMS]
     if bad:
-        p.error(f"--methods: unknown {bad[0]!r}; choose from {sorted(ARMS)}")
+        p.error(f"--methods: unknown {bad[0]!r}; choose from {sorted({**ARMS, **DECLARED_ARMS})}")
     seeds = [int(s) for s in opts.seeds.split(",") if s.strip()]
+    if opts.pilot and not Path(opts.pilot).exists():
+        p.error(f"--pilot: no such file {opts.pilot!r} (run scripts/experiment.sh --pilot first)")
     out = Path(opts.out)
     (out / "runs").mkdir(parents=True, exist_ok=True)
     try:
@@ -299,11 +336,12 @@ def main(argv: list[str] | None = None) -> int:
         "k": opts.k,
         "target": opts.target,
         "distinct": "exact: distinct correct answers named" if eval_rows
-        and eval_rows[0].get("check") == "pick_one" else f"embedding clusters: leader "
+        and eval_rows[0].get("check") in PICK_CHECKS else f"embedding clusters: leader "
         f"clustering of correct samples, all-MiniLM-L6-v2 cosine >= {DISTINCT_THRESHOLD}",
         "reward": list(cfg.rewards),
         "num_generations": cfg.grpo.get("num_generations"),
         "max_completion_length": cfg.grpo.get("max_completion_length"),
+        "completions_per_step": cfg.grpo.get("per_device_train_batch_size"),
         "learning_rate": cfg.grpo.get("learning_rate"),
     }
     path = model_path(cfg)
@@ -342,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     if (out / "base.json").exists():  # the untrained policy, the reference every run moves from
         base = json.loads((out / "base.json").read_text())
         results["untrained"] = {k: v for k, v in base.items() if k != "examples"}
-    results.update(_decide(runs, out, client, opts.collect_only))
+    results.update(_decide(runs, out, client, opts.collect_only, opts))
     (out / "results.json").write_text(json.dumps(results, indent=2))
     log(f"wrote {out / 'results.json'}")
     return 0

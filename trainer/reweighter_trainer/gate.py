@@ -1,12 +1,13 @@
 """The gate before training: can the experiment on this task decide anything at all?
 
-    python -m reweighter_trainer.gate --out experiments/pickone-gate   # a few minutes on 2 cores
+    python -m reweighter_trainer.gate --task picktwo --out experiments/picktwo-gate
 
 On the untrained policy (SmolLM2-135M-Instruct), 32 prompts x 8 samples at the training
 temperature and completion budget:
 
-1. accuracy must lie in [0.2, 0.6]: below, groups of 8 are mostly all wrong and GRPO has no
-   signal; above, they are mostly all right;
+1. accuracy must lie in the task's band (BANDS: picktwo [0.1, 0.4], leaving GRPO room to climb
+   within a CPU budget; pickone's gate used [0.2, 0.6]): below, groups of 8 are mostly all
+   wrong and GRPO has no signal; above, it has little room;
 2. the embedder (the service's all-MiniLM-L6-v2, in process) must see the diversity the metric
    counts: two correct completions giving *different* answers must be measurably less similar
    than two giving the *same* answer (within one prompt; 95 % interval over prompts above 0).
@@ -28,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-BAND = (0.2, 0.6)
+BANDS = {"pickone": (0.2, 0.6), "picktwo": (0.1, 0.4)}
 
 
 def similarity_pairs(
@@ -55,7 +56,8 @@ def bootstrap(values: list[Any], stat, n: int = 2000, seed: int = 0) -> tuple[fl
     return float(np.percentile(draws, 2.5)), float(np.percentile(draws, 97.5))
 
 
-def summarise(prompts: list[dict[str, Any]]) -> dict[str, Any]:
+def summarise(prompts: list[dict[str, Any]], band: tuple[float, float] = BANDS["picktwo"]
+              ) -> dict[str, Any]:
     """The gate's numbers from per-prompt records {correct: [bool], same: [cos], diff: [cos]}."""
 
     def acc(ps):
@@ -82,7 +84,11 @@ def summarise(prompts: list[dict[str, Any]]) -> dict[str, Any]:
         "similarity_gap": gap(prompts),
         "similarity_gap_ci95": bootstrap(both, gap) if len(both) >= 3 else None,
     }
-    in_band = accuracy is not None and BAND[0] <= accuracy <= BAND[1]
+    rates = [sum(p["correct"]) / len(p["correct"]) for p in prompts if p["correct"]]
+    out["groups_all_wrong"] = sum(r == 0 for r in rates)
+    out["groups_all_right"] = sum(r == 1 for r in rates)
+    out["between_prompt_var"] = between_prompt_variance(prompts)
+    in_band = accuracy is not None and band[0] <= accuracy <= band[1]
     sees = out["similarity_gap_ci95"] is not None and out["similarity_gap_ci95"][0] > 0
     out["accuracy_in_band"] = in_band
     out["embedder_sees_diversity"] = sees
@@ -90,9 +96,22 @@ def summarise(prompts: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def between_prompt_variance(prompts: list[dict[str, Any]]) -> float | None:
+    """Var over prompts of their true accuracy (method of moments: the variance of the
+    per-prompt rates less the binomial part, mean p(1-p)/(g-1)): the part of one step's
+    variance that more prompts per step divide, and fewer completions per prompt do not."""
+    rates = [(sum(p["correct"]), len(p["correct"])) for p in prompts if len(p["correct"]) > 1]
+    if len(rates) < 2:
+        return None
+    r = np.array([c / g for c, g in rates])
+    within = np.mean([x * (1 - x) / (g - 1) for x, (_, g) in zip(r, rates, strict=True)])
+    return float(max(np.var(r, ddof=1) - within, 0.0))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="directory for gate.json")
+    p.add_argument("--task", choices=sorted(BANDS), default="picktwo")
     p.add_argument("--prompts", type=int, default=32)
     p.add_argument("--samples", type=int, default=8)
     p.add_argument("--max-new", type=int, default=48, help="completion tokens")
@@ -105,14 +124,14 @@ def main(argv: list[str] | None = None) -> int:
 
     from reweighter.client.local import LocalClient
 
-    from .data import generate_pickone
+    from .data import generate_pickone, generate_picktwo
     from .experiment import _generate
     from .policy import smollm2_path
     from .rewards import correct_answer
 
     torch.manual_seed(a.seed)
     path = smollm2_path()
-    rows = generate_pickone(a.prompts, "train")
+    rows = (generate_picktwo if a.task == "picktwo" else generate_pickone)(a.prompts, "train")
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     tok = AutoTokenizer.from_pretrained(path)
     t0 = time.perf_counter()
@@ -132,11 +151,14 @@ def main(argv: list[str] | None = None) -> int:
                 "distinct": len({x for x in answer if x}), "same": same, "diff": diff,
                 "completions": group,
             })
-    result = summarise(records)
+    result = summarise(records, BANDS[a.task])
+    chars = [len(t) for r in records for t in r["completions"]]
     result.update(
-        policy="SmolLM2-135M-Instruct", task="pickone", max_new_tokens=a.max_new,
+        policy="SmolLM2-135M-Instruct", task=a.task, max_new_tokens=a.max_new,
         temperature=a.temperature, seed=a.seed, generation_s=round(gen_s, 1),
-        embedder="all-MiniLM-L6-v2 (in process)", band=list(BAND),
+        embedder="all-MiniLM-L6-v2 (in process)", band=list(BANDS[a.task]),
+        completion_chars={"median": float(np.median(chars)), "p90": float(np.percentile(chars, 90)),
+                          "max": max(chars)},
     )
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)

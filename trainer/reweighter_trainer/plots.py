@@ -17,7 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-COLORS = {"grpo": "tab:gray", "dra": "tab:blue", "mmr": "tab:orange"}
+COLORS = {"grpo": "tab:gray", "dra": "tab:blue", "mmr": "tab:orange", "mmr-keep": "tab:red"}
 
 
 def _by_method(runs: list[dict]) -> dict[str, list[dict]]:
@@ -98,7 +98,7 @@ def plot(out: Path) -> list[Path]:
     fig.savefig(out / "heldout.png", dpi=110)
     plt.close(fig)
     written.append(out / "heldout.png")
-    if "decision" in results:
+    if "per_seed" in results.get("decision", {}):  # the ratio rule (pickone)
         written += _decision_plots(results, out, plt)
     return written
 

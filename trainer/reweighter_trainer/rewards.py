@@ -16,6 +16,7 @@ from reweighter.integrations.trl import completion_text
 
 __all__ = [
     "COSINE",
+    "TASK_MAX_LEN",
     "accuracy_reward",
     "answer_format_reward",
     "completion_text",
@@ -24,7 +25,10 @@ __all__ = [
     "extract_answer",
     "extract_final_number",
     "correct_answer",
+    "extract_answers",
     "extract_pick",
+    "extract_picks",
+    "given_answer",
     "final_answer_reward",
     "format_reward",
     "is_correct",
@@ -112,36 +116,69 @@ def final_answer_reward(
     return out
 
 
+def _checks(check: Sequence[str] | None, n: int) -> Sequence[str | None]:
+    return check if check is not None else [None] * n
+
+
 _ANSWER_LINE = re.compile(r"answer\s*[:*]+", re.IGNORECASE)
 _ANSWER_LINE_END = re.compile(r"answer\s*[:*]+[^\n]*\S[^\n]*\s*$", re.IGNORECASE)
 
 
-def extract_pick(text: str, domain: str) -> str | None:
-    """The one item of `domain` (data.DOMAINS: month, day, number) named on the last
-    "Answer:" line, canonical ("5" for "five"); None when it names none or several."""
+def extract_picks(text: str, domain: str) -> frozenset[str] | None:
+    """The items of `domain` (data.DOMAINS: month, day, number) named on the last "Answer:"
+    line, canonical ("5" for "five"); None when there is no such line."""
     from .data import DOMAINS
 
     found = list(_ANSWER_LINE.finditer(text))
     if not found:
         return None
     line = text[found[-1].end() :].split("\n", 1)[0].lower()
-    named = {
+    return frozenset(
         canon for surface, canon in DOMAINS[domain].items()
         if re.search(rf"(?<![a-z0-9]){re.escape(surface)}(?![a-z0-9])", line)
-    }
-    return named.pop() if len(named) == 1 else None
+    )
+
+
+def extract_pick(text: str, domain: str) -> str | None:
+    """The one item of `domain` named on the last "Answer:" line, canonical; None when it
+    names none or several."""
+    named = extract_picks(text, domain)
+    return next(iter(named)) if named is not None and len(named) == 1 else None
+
+
+PICK_CHECKS = {"pick_one": 1, "pick_two": 2}
+"""A pick task's check -> how many different items a correct answer names."""
+
+
+def given_answer(text: str, gold: str, check: str | None = None) -> str | None:
+    """The canonical answer a completion gives, right or wrong; None when it gives none.
+
+    pick tasks: the items named on the last "Answer:" line, sorted and joined by "+" ("april+june";
+    the order a pair is named in does not make another answer); otherwise the number after the
+    last "Answer:". This is what the service's `answers` field wants: completions with equal
+    strings are the same answer.
+    """
+    if check in PICK_CHECKS:
+        from .data import PICK_CATEGORIES, PICK_TWO_CATEGORIES
+
+        domain = (PICK_CATEGORIES if check == "pick_one" else PICK_TWO_CATEGORIES)[gold][0]
+        named = extract_picks(text, domain)
+        return "+".join(sorted(named)) if named else None
+    return extract_final_number(text)
 
 
 def correct_answer(text: str, gold: str, check: str | None = None) -> str | None:
-    """The canonical correct answer a completion gives, None when it is wrong. `check`
-    "pick_one" (the pickone task: `gold` is the category key) or, by default, the number after
-    the last "Answer:" must equal `gold`."""
-    if check == "pick_one":
-        from .data import PICK_CATEGORIES
+    """The canonical correct answer a completion gives (`given_answer`), None when it is wrong.
+    `check` "pick_one" / "pick_two" (`gold` is the category key): the last "Answer:" line names
+    exactly one / two different items of the domain, all in the category's set; by default the
+    number after the last "Answer:" must equal `gold`."""
+    if check in PICK_CHECKS:
+        from .data import PICK_CATEGORIES, PICK_TWO_CATEGORIES
 
-        domain, good, _, _ = PICK_CATEGORIES[gold]
-        item = extract_pick(text, domain)
-        return item if item in good else None
+        domain, good, _, _ = (PICK_CATEGORIES if check == "pick_one" else PICK_TWO_CATEGORIES)[gold]
+        named = extract_picks(text, domain)
+        ok = named is not None and len(named) == PICK_CHECKS[check] and named <= good
+        return "+".join(sorted(named)) if ok else None
     given = extract_final_number(text)
     try:
         return given if given is not None and float(given) == float(gold) else None
@@ -149,12 +186,17 @@ def correct_answer(text: str, gold: str, check: str | None = None) -> str | None
         return None
 
 
+def extract_answers(completions: Sequence[Any], answer: Sequence[str],
+                    check: Sequence[str] | None = None) -> list[str | None]:
+    """`given_answer` of every completion (TRL's completion forms): the `answers` a trainer
+    sends with a group, so answer-aware methods (pass@k, Darling) see what the checker saw."""
+    return [given_answer(completion_text(c), gold, chk)
+            for c, gold, chk in zip(completions, answer, _checks(check, len(completions)),
+                                    strict=True)]
+
+
 def is_correct(text: str, gold: str, check: str | None = None) -> bool:
     return correct_answer(text, gold, check) is not None
-
-
-def _checks(check: Sequence[str] | None, n: int) -> Sequence[str | None]:
-    return check if check is not None else [None] * n
 
 
 def answer_format_reward(prompts: Sequence[Any], completions: Sequence[Any], **_: Any
@@ -178,6 +220,13 @@ COSINE = {
 defaults, which their recipes do not override; the function's own defaults, -1.0 for
 min_value_wrong, are never used). Lengths are in characters."""
 
+TASK_MAX_LEN = {"pick_two": 200}
+"""The cosine term's max_len per task check, where the papers' 1000 characters would leave it
+inert. `picktwo` generates at most 48 tokens, about 200 characters (the picktwo gate: median 34,
+p90 172, max 273 characters), so 200 puts the budget where the papers' sits against their 1000:
+a correct one-line answer (~25 characters) earns ~0.99,
+a correct answer after 100 characters of preamble 0.75. pickone keeps 1000 (its runs used it)."""
+
 
 def cosine_scaled_correct_reward(
     prompts: Sequence[Any], completions: Sequence[Any], answer: Sequence[str],
@@ -190,7 +239,8 @@ def cosine_scaled_correct_reward(
     correct: lo = min_value_correct 0.5, hi = max_value_correct 1.0 (shorter is better);
     wrong: lo = max_value_wrong -0.5, hi = min_value_wrong 0.0 (open-r1 swaps them), so a wrong
     answer costs 0 when empty and -0.5 at max_len. `len` is the completion's length in
-    characters, unclamped (past max_len the cosine turns back up, as in open-r1).
+    characters, unclamped (past max_len the cosine turns back up, as in open-r1); max_len is
+    TASK_MAX_LEN's for the row's check where it has one, else the papers' 1000.
     """
     c = COSINE
     out = []
@@ -201,7 +251,8 @@ def cosine_scaled_correct_reward(
             lo, hi = c["min_value_correct"], c["max_value_correct"]
         else:
             lo, hi = c["max_value_wrong"], c["min_value_wrong"]
-        cosine = math.cos(math.pi * len(text) / c["max_len"])
+        max_len = TASK_MAX_LEN.get(chk or "", c["max_len"])
+        cosine = math.cos(math.pi * len(text) / max_len)
         out.append(float(lo + 0.5 * (hi - lo) * (1.0 + cosine)))
     return out
 

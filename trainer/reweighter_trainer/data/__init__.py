@@ -153,24 +153,86 @@ PICK_SHOT = [
 Without it SmolLM2-135M rarely ends with 'Answer: ...' (EXPERIMENTS.md, task probes)."""
 
 
-def generate_pickone(n: int, split: str) -> list[dict[str, Any]]:
-    """`pickone` rows: category x wording x name, in a fixed shuffled order, cycled to n.
+def _pick_rows(categories: dict, shot: list[dict[str, str]], check: str, n: int,
+               split: str) -> list[dict[str, Any]]:
+    """Rows of a pick task: category x wording x name, in a fixed shuffled order, cycled to n.
 
     Train and test use different wordings (held-out prompts are unseen; the categories recur).
-    `answer` is the category key; `check` "pick_one" tells the rewards how to judge.
+    `answer` is the category key; `check` tells the rewards how to judge.
     """
     if split not in WORD_SEEDS:
-        raise ValueError(f"dataset.split: pickone has splits {sorted(WORD_SEEDS)}")
+        raise ValueError(f"dataset.split: {check} has splits {sorted(WORD_SEEDS)}")
     combos = []
-    for key, (_, _, train, test) in PICK_CATEGORIES.items():
+    for key, (_, _, train, test) in categories.items():
         for wording in train if split == "train" else test:
             combos += [(key, f"{name} asks: {wording}") for name in _NAMES] + [(key, wording)]
     random.Random(WORD_SEEDS[split]).shuffle(combos)
     return [
-        {"prompt": [*PICK_SHOT, {"role": "user", "content": text}], "answer": key,
-         "check": "pick_one"}
+        {"prompt": [*shot, {"role": "user", "content": text}], "answer": key, "check": check}
         for key, text in (combos[i % len(combos)] for i in range(n))
     ]
+
+
+def generate_pickone(n: int, split: str) -> list[dict[str, Any]]:
+    """`pickone` rows (check "pick_one"): name one member of a category."""
+    return _pick_rows(PICK_CATEGORIES, PICK_SHOT, "pick_one", n, split)
+
+
+_MONTHS_31 = frozenset({"january", "march", "may", "july", "august", "october", "december"})
+PICK_TWO_CATEGORIES: dict[str, tuple[str, frozenset[str], tuple[str, ...], tuple[str, ...]]] = {
+    # key: (domain, correct items, train wordings, held-out wordings); a correct answer names
+    # two different items of the set, in any order: C(|set|, 2) correct answers per prompt.
+    "month_30_days": ("month", PICK_CATEGORIES["month_30_days"][1],
+                      ("Name two different months that have 30 days.",
+                       "Which two months each have exactly 30 days?"),
+                      ("Give two months of the year with 30 days each.",)),
+    "month_31_days": ("month", _MONTHS_31,
+                      ("Name two different months that have 31 days.",
+                       "Which two months each have 31 days?"),
+                      ("Give two months of the year with 31 days each.",)),
+    "month_j": ("month", PICK_CATEGORIES["month_j"][1],
+                ("Name two different months whose names start with J.",
+                 "Which two months begin with the letter J?"),
+                ("Give two months starting with a J.",)),
+    "month_summer": ("month", PICK_CATEGORIES["month_summer"][1],
+                     ("Name two different summer months in Europe.",
+                      "Which two months are in summer in Europe?"),
+                     ("Give two months of the European summer.",)),
+    "month_winter": ("month", PICK_CATEGORIES["month_winter"][1],
+                     ("Name two different winter months in Europe.",
+                      "Which two months are in winter in Europe?"),
+                     ("Give two months of the European winter.",)),
+    "weekday": ("day", frozenset({"monday", "tuesday", "wednesday", "thursday", "friday"}),
+                ("Name two different working days of the week.",
+                 "Which two days of the week are working days?"),
+                ("Give two weekdays that are not on the weekend.",)),
+    "prime_below_10": ("number", PICK_CATEGORIES["prime_below_10"][1],
+                       ("Name two different prime numbers smaller than 10.",
+                        "Which two numbers below 10 are prime?"),
+                       ("Give two prime numbers less than ten.",)),
+    "even_1_to_9": ("number", PICK_CATEGORIES["even_1_to_9"][1],
+                    ("Name two different even numbers between 1 and 9.",
+                     "Which two numbers from 1 to 9 are even?"),
+                    ("Give two even numbers from 1 to 9.",)),
+    "odd_below_10": ("number", frozenset({"1", "3", "5", "7", "9"}),
+                     ("Name two different odd numbers smaller than 10.",
+                      "Which two numbers below 10 are odd?"),
+                     ("Give two odd numbers less than ten.",)),
+}
+"""The `picktwo` task: name two different members of a set of 3-7 (3-21 correct unordered
+answers per prompt), judged exactly (rewards.correct_answer, check "pick_two"). Harder for the
+untrained policy than `pickone` (it must name two, both right, not the same one twice)."""
+
+PICK_TWO_SHOT = [
+    {"role": "user", "content": "Name two different colours of the flag of France."},
+    {"role": "assistant", "content": "Answer: blue and white"},
+]
+"""The form, shown once on another domain (as PICK_SHOT for pickone)."""
+
+
+def generate_picktwo(n: int, split: str) -> list[dict[str, Any]]:
+    """`picktwo` rows (check "pick_two"): name two different members of a category."""
+    return _pick_rows(PICK_TWO_CATEGORIES, PICK_TWO_SHOT, "pick_two", n, split)
 
 
 def load_arith_rows() -> list[dict[str, str]]:
@@ -201,7 +263,7 @@ def _math(split: str):
     )
 
 
-DATASETS = {"arith", "wordmath", "wordadd", "pickone", "gsm8k", "math"}
+DATASETS = {"arith", "wordmath", "wordadd", "pickone", "picktwo", "gsm8k", "math"}
 WORDADD_TRAIN_ROWS = 512  # the train split held out from `test`, whatever `limit` a run uses
 
 
@@ -227,6 +289,8 @@ def load_dataset(name: str = "arith", split: str = "train", limit: int | None = 
         ds = datasets.Dataset.from_list(rows)
     elif name == "pickone":
         ds = datasets.Dataset.from_list(generate_pickone(limit or 256, split))
+    elif name == "picktwo":
+        ds = datasets.Dataset.from_list(generate_picktwo(limit or 256, split))
     elif name == "gsm8k":
         ds = _gsm8k(split)
     elif name == "math":

@@ -1,0 +1,154 @@
+"""The picktwo task, its checker and scaled reward, the answers it exposes, and the area rule
+(issue 31) checked by hand."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from reweighter_trainer.config import load_raw, parse
+from reweighter_trainer.data import PICK_TWO_CATEGORIES, generate_picktwo
+from reweighter_trainer.decision import (
+    area_decision,
+    area_verdict,
+    compressed,
+    delta_for_speedup,
+    simulate_power,
+)
+from reweighter_trainer.rewards import (
+    TASK_MAX_LEN,
+    correct_answer,
+    cosine_scaled_correct_reward,
+    extract_answers,
+    given_answer,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_picktwo_rows_are_deterministic_and_held_out_wordings_unseen() -> None:
+    train, test = generate_picktwo(200, "train"), generate_picktwo(81, "test")
+    assert train == generate_picktwo(200, "train")
+    assert {r["check"] for r in train + test} == {"pick_two"}
+    seen = {r["prompt"][-1]["content"] for r in train}
+    assert not seen & {r["prompt"][-1]["content"] for r in test}
+    assert {r["answer"] for r in test} == set(PICK_TWO_CATEGORIES)
+    assert train[0]["prompt"][1]["content"] == "Answer: blue and white"
+
+
+@pytest.mark.parametrize(("text", "category", "want"), [
+    ("Answer: April and June", "month_30_days", "april+june"),
+    ("Answer: June, April", "month_30_days", "april+june"),  # order does not make an answer
+    ("I think...\nAnswer: september and november.", "month_30_days", "november+september"),
+    ("Answer: April and April", "month_30_days", None),       # the same month twice
+    ("Answer: April", "month_30_days", None),                  # one is not two
+    ("Answer: April, June and November", "month_30_days", None),  # three is not two
+    ("Answer: April and May", "month_30_days", None),          # May has 31
+    ("Answer: two and 4", "even_1_to_9", "2+4"),
+    ("Answer: 2 and 4 are even numbers below 10", "even_1_to_9", None),  # names 10 too
+    ("The answer is 3 and 5", "prime_below_10", None),         # no "Answer:" line
+    ("Answer: Monday and Friday", "weekday", "friday+monday"),
+])
+def test_picktwo_checker(text: str, category: str, want: str | None) -> None:
+    assert correct_answer(text, category, "pick_two") == want
+
+
+def test_given_answer_is_the_answer_right_or_wrong() -> None:
+    """What the service's `answers` field receives: equal strings = the same answer."""
+    assert given_answer("Answer: May and April", "month_30_days", "pick_two") == "april+may"
+    assert given_answer("no answer line", "month_30_days", "pick_two") is None
+    assert given_answer("Answer: nothing here", "month_30_days", "pick_two") is None
+    assert given_answer("Answer: 7", "prime_below_10", "pick_one") == "7"
+    assert given_answer("so Answer: 12", "12") == "12"
+    got = extract_answers(
+        [[{"role": "assistant", "content": "Answer: June and April"}], "Answer: April, June"],
+        ["month_30_days"] * 2, ["pick_two"] * 2,
+    )
+    assert got == ["april+june", "april+june"]
+
+
+def test_cosine_reward_scaled_to_the_task_by_hand() -> None:
+    """picktwo's max_len is TASK_MAX_LEN (200 characters): a correct 100-character answer sits
+    half-way, 0.75; a wrong one at 200 characters pays the full -0.5."""
+    assert TASK_MAX_LEN["pick_two"] == 200
+    right = "x" * (100 - len("Answer: April and June")) + "Answer: April and June"
+    wrong = "y" * 200
+    got = cosine_scaled_correct_reward(None, [right, wrong, ""], ["month_30_days"] * 3,
+                                       ["pick_two"] * 3)
+    assert got == pytest.approx([0.75, -0.5, 0.0])
+    # pickone keeps the papers' 1000: 100 characters correct -> 0.5 + 0.25 (1 + cos(0.1 pi))
+    one = cosine_scaled_correct_reward(None, ["z" * 91 + "Answer: 2"], ["prime_below_10"],
+                                       ["pick_one"])
+    assert one == pytest.approx([0.5 + 0.25 * (1 + math.cos(0.1 * math.pi))])
+
+
+def test_compressed_curve_and_delta_by_hand() -> None:
+    # 10 steps rising 0.0 .. 0.9; at speed 0.5 step t takes the curve at 2t: steps 1-5 read
+    # steps 2, 4, 6, 8, 10 (0.1, 0.3, 0.5, 0.7, 0.9); steps 6-10 the last-10 mean 0.45
+    c = [i / 10 for i in range(10)]
+    assert compressed(c, 0.5) == pytest.approx([0.1, 0.3, 0.5, 0.7, 0.9] + [0.45] * 5)
+    assert delta_for_speedup([c], 0.5) == pytest.approx((2.5 + 2.25) / 10 - 0.45)
+    assert delta_for_speedup([[0.3] * 20], 0.52) == pytest.approx(0.0)
+
+
+def test_area_rule_by_hand() -> None:
+    # d = 0.1, 0.2, 0.3: mean 0.2, se 0.1/sqrt(3); one arm: t(0.975, 2) = 4.3027
+    v = area_verdict([0.1, 0.2, 0.3], delta_2x=0.05, arms=1)
+    half = 4.302652729911275 * 0.1 / math.sqrt(3)
+    assert v["interval"] == pytest.approx([0.2 - half, 0.2 + half])
+    assert v["verdict"] == "inconclusive"  # lower bound -0.048 < 0
+    assert area_verdict([0.1, 0.11, 0.12], 0.05, 1)["verdict"] == "speeds up"
+    assert area_verdict([-0.01, 0.0, 0.01], 0.03, 1)["verdict"] == "refuted"  # upper 0.0248
+    # Bonferroni: two arms widen each interval to 97.5 %: t(0.9875, 2) = 6.2053, upper 0.0358
+    two = area_verdict([-0.01, 0.0, 0.01], 0.03, 2)
+    assert two["level"] == pytest.approx(0.975)
+    assert two["interval"][1] == pytest.approx(6.205339 * 0.01 / math.sqrt(3), rel=1e-5)
+    assert two["verdict"] == "inconclusive"
+    runs = [{"method": m, "seed": s, "accuracy_curve": [base + (0.1 if m == "mmr" else 0.0)
+                                                        + 0.01 * s] * 4}
+            for s, base in enumerate([0.2, 0.3, 0.25]) for m in ("grpo", "mmr", "dra")]
+    dec = area_decision(runs, delta_2x=0.08, arms=["mmr", "dra"])
+    assert dec["verdict_per_arm"] == {"mmr": "speeds up", "dra": "refuted"}
+    assert dec["intervals"]["mmr"]["seeds"] == [0, 1, 2]
+
+
+def test_power_simulation_separates_no_effect_from_2x() -> None:
+    ramp = [0.2 + 0.5 * min(t / 40, 1) for t in range(60)]
+    delta = delta_for_speedup([ramp])
+    p = simulate_power(ramp, phi=2.0, tau=0.1, seeds=8, arms=1, delta_2x=delta, group=8,
+                       n=200)
+    assert p["no_effect:speeds up"] <= 0.06 and p["2x:speeds up"] >= 0.5
+    assert p["2x:refuted"] <= 0.05
+    assert all(abs(sum(p[f"{k}:{v}"] for v in ("speeds up", "refuted", "inconclusive")) - 1)
+               < 1e-9 for k in ("no_effect", "2x"))
+
+
+def test_the_picktwo_config_parses() -> None:
+    cfg = parse(load_raw(REPO / "trainer/configs/smollm2-picktwo.yaml"))
+    assert cfg.dataset.name == "picktwo" and dict(cfg.rewards) == {"answer_format": 1.0,
+                                                                   "cosine": 2.0}
+    assert np.isfinite(cfg.grpo["learning_rate"])
+
+
+def test_every_arm_is_a_config_the_trainer_accepts() -> None:
+    """The arms' methods and params pass the trainer's own check (a bad one would fail only
+    after the policy loaded, an hour into a CPU run); MMR is the paper's (diversify)."""
+    from reweighter.methods.catalog import CATALOG
+    from reweighter_trainer.config import ConfigError
+    from reweighter_trainer.experiment import ARMS, DECLARED_ARMS
+
+    raw = load_raw(REPO / "trainer/configs/smollm2-picktwo.yaml")
+    for method, params in ARMS.values():
+        raw["reweighter"].update(method=method, params=dict(params))
+        assert parse(raw).reweighter.params == params
+    assert ARMS["mmr"][1]["equal_rewards"] == "diversify"
+    for method, params in DECLARED_ARMS.values():  # offered once the methods branch lands
+        raw["reweighter"].update(method=method, params=dict(params))
+        if method in CATALOG:
+            parse(raw)
+        else:
+            with pytest.raises(ConfigError, match=method):
+                parse(raw)
