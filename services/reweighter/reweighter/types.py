@@ -25,6 +25,8 @@ class Method(StrEnum):
 
     DRA = "dra"
     MMR = "mmr"
+    DARLING = "darling"
+    OUTCOME_UCB = "outcome_ucb"
     NONE = "none"
 
 
@@ -36,6 +38,7 @@ class AdvantageKind(StrEnum):
 
     GRPO = "grpo"
     DR_GRPO = "dr_grpo"
+    PASS_AT_K = "pass_at_k"
     NONE = "none"
 
 
@@ -67,6 +70,11 @@ class Group:
     completions: Sequence[str] | None = None
     embeddings: Sequence[Sequence[float]] | Any | None = None  # list of lists or a [G, D] array
     id: str | None = None
+    answers: Sequence[str | None] | None = None
+    """The canonical final answer per completion (None: none extracted); answer classes for
+    darling, the counted outcome for outcome_ucb, `stats.distinct_answers`."""
+    prompt_key: str | None = None
+    """A stable key of the group's prompt across steps (outcome_ucb's memory)."""
 
 
 @dataclass(frozen=True)
@@ -77,6 +85,10 @@ class ReweightRequest:
     catalogue (field "method")."""
     params: Mapping[str, Any] = field(default_factory=dict)
     advantages: AdvantageKind | str = AdvantageKind.NONE
+    advantage_params: Mapping[str, Any] = field(default_factory=dict)
+    """The estimator's parameters (pass_at_k: k, success_threshold)."""
+    step: int | None = None
+    """The trainer's global step (outcome_ucb's memory counts once per (prompt_key, step))."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +97,12 @@ class GroupStats:
     """Mean cosine similarity over distinct pairs (i < j); 1.0 for a group of one."""
     lambda_: float | None = None
     """The MMR trade-off used for this group; None for other methods."""
+    effective_size: float | None = None
+    """n^2 / sum_ij max(0, s_ij): 1 for identical completions, n for orthogonal ones."""
+    distinct_answers: int | None = None
+    """Distinct non-null answers, when the group carried answers."""
+    classes: int | None = None
+    """Answer classes the method used (darling), else None."""
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,11 @@ class MethodSpec:
     params: str
     kernel: str
     needs_similarity: bool = True
+    needs: tuple[str, ...] = ()
+    """What the engine must build for this method beyond rewards and similarities: "classes"
+    (answer classes, methods/classes.py), "memory" (answer counts at earlier steps; the request
+    then needs `step` and each group `prompt_key` and `answers`). A kernel with needs takes the
+    keyword `ctx` (methods/context.py)."""
 
     @property
     def params_model(self) -> type[BaseModel]:
@@ -74,6 +79,23 @@ CATALOG: dict[str, MethodSpec] = {
             "reward is lambda*r_i - (1-lambda)*max similarity to earlier picks.",
             params=f"{_PARAMS}:MmrParams",
             kernel=f"{_KERNELS}:apply_mmr",
+        ),
+        MethodSpec(
+            Method.DARLING,
+            "Darling (arXiv 2509.02534): r_i * max(d_i, floor), d_i the share of the group "
+            "outside i's answer class (classes from answers, or from embeddings).",
+            params=f"{_PARAMS}:DarlingParams",
+            kernel="reweighter.methods.darling:apply",
+            needs=("classes",),
+        ),
+        MethodSpec(
+            Method.OUTCOME_UCB,
+            "Outcome-based exploration (arXiv 2509.06941): r_i + c / sqrt(1 + N_i), N_i how often "
+            "i's answer was seen for this prompt_key at earlier steps.",
+            params=f"{_PARAMS}:OutcomeUcbParams",
+            kernel="reweighter.methods.outcome_ucb:apply",
+            needs_similarity=False,
+            needs=("memory",),
         ),
         MethodSpec(
             Method.NONE,
