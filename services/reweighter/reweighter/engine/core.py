@@ -33,6 +33,7 @@ from ..types import (
 )
 from .checks import Checked, check_request, check_texts
 from .compute import reweight_checked
+from .telemetry import GroupTelemetry
 
 # Requests up to this many completions run their tensor math on the event loop: it takes well
 # under a millisecond, less than a thread hop. Larger ones go to a worker thread.
@@ -60,6 +61,7 @@ class ReweightEngine:
             method_device = "cuda" if torch.cuda.is_available() else "cpu"
         self.method_device = torch.device(method_device)
         self._memory: AnswerMemory | None = None
+        self.telemetry = GroupTelemetry()
         self._memory_lock = threading.Lock()
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -209,4 +211,6 @@ class ReweightEngine:
     ) -> ReweightResult:
         uses_model = any(t is not None for t in checked.texts)
         model = self._embedder.model_id if uses_model and self._embedder else None
-        return reweight_checked(checked, vectors, self.method_device, model, counts)
+        result = reweight_checked(checked, vectors, self.method_device, model, counts)
+        self.telemetry.record(result)
+        return result
