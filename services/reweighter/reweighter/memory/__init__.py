@@ -17,6 +17,28 @@ runs every rule against both. The rules:
   memory: counts that silently restarted at 0 would be wrong numbers with a 200.
 """
 
-from .store import AnswerMemory, InProcessMemory, build_memory, memory_key
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .store import AnswerMemory, InProcessMemory, memory_key
+
+if TYPE_CHECKING:
+    from ..config import Settings
+
+
+def build_memory(settings: Settings) -> AnswerMemory:
+    """Redis when `redis_url` is set (shared, survives restarts), else in process."""
+    if settings.redis_url:
+        from .redis_store import RedisMemory
+
+        return RedisMemory(
+            settings.redis_url,
+            ttl_s=settings.memory_ttl_s,
+            max_keys=settings.memory_max_prompt_keys,
+            prefix=settings.memory_prefix,
+        )
+    return InProcessMemory(settings.memory_ttl_s, settings.memory_max_prompt_keys)
+
 
 __all__ = ["AnswerMemory", "InProcessMemory", "build_memory", "memory_key"]

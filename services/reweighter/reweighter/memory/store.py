@@ -8,10 +8,7 @@ import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
-
-if TYPE_CHECKING:
-    from ..config import Settings
+from typing import Protocol
 
 Observation = tuple[str, int, Sequence[str]]
 """(prompt_key, step, the group's non-null answers)."""
@@ -97,17 +94,3 @@ class InProcessMemory:
 
     def close(self) -> None:
         pass
-
-
-def build_memory(settings: Settings) -> AnswerMemory:
-    """Redis when `redis_url` is set (shared, survives restarts), else in process."""
-    if settings.redis_url:
-        from .redis_store import RedisMemory
-
-        return RedisMemory(
-            settings.redis_url,
-            ttl_s=settings.memory_ttl_s,
-            max_keys=settings.memory_max_prompt_keys,
-            prefix=settings.memory_prefix,
-        )
-    return InProcessMemory(settings.memory_ttl_s, settings.memory_max_prompt_keys)
