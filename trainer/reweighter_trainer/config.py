@@ -66,6 +66,9 @@ class ReweighterSection(BaseModel):
     """A name in the method catalogue (reweighter.methods.catalog), checked by `parse`."""
     params: dict[str, Any] = Field(default_factory=dict)
     advantages: AdvantageKind = AdvantageKind.NONE
+    advantage_params: dict[str, Any] = Field(default_factory=dict)
+    """The estimator's parameters: {"k": 4} with advantages: pass_at_k (checked by the
+    service, 422 naming advantage_params.k)."""
     long_text: LongTextPolicy | None = None
     """In-process only: a service's long-text policy is the service's own setting."""
     api_key: str | None = None

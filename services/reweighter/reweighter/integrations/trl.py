@@ -42,8 +42,14 @@ def completion_text(completion: Any) -> str:
 
 
 def _key(prompt: Any) -> str:
+    return prompt_key(prompt)[:12]
+
+
+def prompt_key(prompt: Any) -> str:
+    """A stable key of a prompt across steps (outcome_ucb's memory): the SHA-256 of its text
+    (a chat prompt as canonical JSON). TRL gives prompts no id, so the text is the identity."""
     raw = prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True, default=str)
-    return hashlib.sha1(raw.encode()).hexdigest()[:12]
+    return hashlib.sha256(raw.encode()).hexdigest()
 
 
 @dataclass
@@ -74,6 +80,7 @@ class _Batch:
     texts: list[str]
     rewards: list[float]
     step: int = 0
+    answers: list[str | None] | None = None
 
 
 @dataclass
@@ -97,6 +104,12 @@ class ReweightedReward:
     params: Mapping[str, Any] = field(default_factory=dict)
     advantages: AdvantageKind | str = AdvantageKind.NONE
     num_generations_eval: int | None = None
+    answer_func: RewardFunc | None = None
+    """Optional: each completion's canonical final answer (a string, or None where it gives
+    none), called like a reward function `f(prompts, completions, **columns)`. Sent as the
+    group's `answers`: darling's classes, outcome_ucb's counts, `stats.distinct_answers`."""
+    advantage_params: Mapping[str, Any] = field(default_factory=dict)
+    """The estimator's parameters, e.g. {"k": 4} with advantages="pass_at_k"."""
     on_result: Callable[[dict[str, Any]], None] | None = None
     """Called on every process after each batch with its slice (tracing, tests)."""
     name: str = "reweighted"
@@ -122,8 +135,14 @@ class ReweightedReward:
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any):
         t0 = time.perf_counter()
         base = self._base_rewards(prompts, completions, kwargs)
+        answers = self._answers(prompts, completions, kwargs)
         t1 = time.perf_counter()
-        local = _Batch(list(prompts), [completion_text(c) for c in completions], base, self._step)
+        # The trainer's global step when TRL passes its state (outcome_ucb counts once per
+        # (prompt, step)); else this function's own call count.
+        state = kwargs.get("trainer_state")
+        step = int(getattr(state, "global_step", self._step) if state is not None else self._step)
+        texts = [completion_text(c) for c in completions]
+        local = _Batch(list(prompts), texts, base, step, answers)
         out, stats = self._reweight_global(local)
         t2 = time.perf_counter()
         self._step += 1
@@ -161,6 +180,20 @@ class ReweightedReward:
                     total[i] += w * float(v)
         return total
 
+    def _answers(self, prompts, completions, kwargs) -> list[str | None] | None:
+        if self.answer_func is None:
+            return None
+        columns = {k: v for k, v in kwargs.items() if k not in ("log_metric", "log_extra")}
+        values = list(self.answer_func(prompts=prompts, completions=completions, **columns))
+        if len(values) != len(completions):
+            raise ValueError(
+                f"answer_func returned {len(values)} answers for {len(completions)} completions"
+            )
+        for v in values:
+            if v is not None and not isinstance(v, str):
+                raise TypeError(f"answer_func: answers must be strings or None, got {v!r}")
+        return values
+
     def _reweight_global(self, local: _Batch) -> tuple[list[float], dict[str, Any]]:
         world, rank = _world()
         if world == 1:
@@ -197,6 +230,9 @@ class ReweightedReward:
         # consecutive runs of `size` (checked to be one prompt each); the key is the group's id
         keys = [f"{step}:{i // size}:{_key(prompts[i - i % size])}" for i in range(len(texts))]
         t0 = time.perf_counter()
+        answers = None
+        if all(s.answers is not None for s in slices):
+            answers = [a for s in slices for a in s.answers or []]
         out = reweight_by_key(
             self.backend,
             keys,
@@ -205,6 +241,10 @@ class ReweightedReward:
             method=str(self.method),
             params=self.params,
             advantages=str(self.advantages),
+            answers=answers,
+            prompt_keys=[prompt_key(p) for p in prompts],
+            step=step,
+            advantage_params=self.advantage_params,
         )
         self.timings.backend_s += time.perf_counter() - t0
         self.timings.calls += 1
@@ -237,6 +277,10 @@ class ReweightedReward:
             return
         for name in (
             "mean_similarity",
+            "effective_size",
+            "distinct_answers",
+            "classes",
+            "frac_zero_advantage",
             "lambda",
             "frac_zero_spread",
             "frac_zero_spread_base",
@@ -255,11 +299,24 @@ def _spread(values: Sequence[float]) -> float:
 def _stats(groups: list[Group], result: ReweightResult) -> dict[str, Any]:
     n = len(groups)
     lams = [g.stats.lambda_ for g in result.groups if g.stats.lambda_ is not None]
+    eff = [g.stats.effective_size for g in result.groups if g.stats.effective_size is not None]
+    distinct = [
+        g.stats.distinct_answers for g in result.groups if g.stats.distinct_answers is not None
+    ]
+    classes = [g.stats.classes for g in result.groups if g.stats.classes is not None]
+    advs = [g.advantages for g in result.groups if g.advantages is not None]
     rewards = [v for g in result.groups for v in g.rewards]
     base = [v for g in groups for v in g.rewards]
     return {
         "mean_similarity": sum(g.stats.mean_similarity for g in result.groups) / n,
         "lambda": sum(lams) / len(lams) if lams else None,
+        # Collapse telemetry, per step: means over the step's groups (docs/methods.md).
+        "effective_size": sum(eff) / len(eff) if eff else None,
+        "distinct_answers": sum(distinct) / len(distinct) if distinct else None,
+        "classes": sum(classes) / len(classes) if classes else None,
+        "frac_zero_advantage": (
+            sum(all(abs(a) < 1e-12 for a in adv) for adv in advs) / len(advs) if advs else None
+        ),
         # Groups whose rewards are all equal give GRPO no signal; reweighting can only help when
         # there is spread to reshape, so both shares are worth watching.
         "frac_zero_spread": sum(_spread(g.rewards) <= 1e-12 for g in result.groups) / n,
@@ -291,6 +348,8 @@ def reweighted(
     num_generations_eval: int | None = None,
     api_key: str | None = None,
     long_text: LongTextPolicy | str | None = None,
+    answer_func: RewardFunc | None = None,
+    advantage_params: Mapping[str, Any] | None = None,
 ) -> ReweightedReward:
     """The one-liner: `reward_funcs=[reweighted(acc, fmt, num_generations=8, backend=URL)]`.
 
@@ -311,4 +370,6 @@ def reweighted(
         params=dict(params or {}),
         advantages=advantages,
         num_generations_eval=num_generations_eval,
+        answer_func=answer_func,
+        advantage_params=dict(advantage_params or {}),
     )
