@@ -13,6 +13,7 @@ is the same whichever order the stack's batch arrived in.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Hashable, Mapping, Sequence
@@ -57,6 +58,18 @@ class StackSettings:
             params=params,
             timeout_s=timeout_s,
         )
+
+
+def prompt_key(prompt: Any) -> str:
+    """A stable key of a prompt across steps (outcome_ucb's memory) where a stack gives no
+    stable id: the SHA-256 of its text (a chat prompt as canonical JSON)."""
+    raw = prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True, default=str)
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+def answer_or_none(value: Any) -> str | None:
+    """A stack's answer field as the wire takes it: a non-empty string, else None."""
+    return value if isinstance(value, str) and value else None
 
 
 @dataclass(frozen=True)

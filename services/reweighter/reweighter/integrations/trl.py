@@ -18,8 +18,6 @@ means one network round trip per step, one batch for the embedder, and no group 
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -28,7 +26,7 @@ from typing import Any
 
 from ..client import Reweighter, connect
 from ..types import AdvantageKind, Group, LongTextPolicy, Method, ReweightResult
-from ._stacks import reweight_by_key
+from ._stacks import prompt_key, reweight_by_key
 
 RewardFunc = Callable[..., Sequence[float | None]]
 
@@ -45,11 +43,6 @@ def _key(prompt: Any) -> str:
     return prompt_key(prompt)[:12]
 
 
-def prompt_key(prompt: Any) -> str:
-    """A stable key of a prompt across steps (outcome_ucb's memory): the SHA-256 of its text
-    (a chat prompt as canonical JSON). TRL gives prompts no id, so the text is the identity."""
-    raw = prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True, default=str)
-    return hashlib.sha256(raw.encode()).hexdigest()
 
 
 @dataclass
