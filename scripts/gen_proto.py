@@ -21,7 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PROTO_ROOT = ROOT / "proto"
-OUT_ROOT = ROOT / "services" / "reweighter" / "reweighter" / "api" / "_proto"
+OUT_ROOT = ROOT / "services" / "reweighter" / "reweighter" / "wire" / "_proto"
 PROTOS = ["reweighter/v1/reweighter.proto"]
 _LOCAL_IMPORT = re.compile(r"^from reweighter\.v1 import (\w+)", re.MULTILINE)
 

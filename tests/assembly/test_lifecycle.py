@@ -168,17 +168,17 @@ def test_the_documented_member_request_and_answer_are_the_wire_format() -> None:
     (wire model and check_member), the answer has exactly the wire model's fields."""
     import json
 
-    from reweighter.api.http.schemas import MemberIn, MemberOut
     from reweighter.engine.checks import check_member
     from reweighter.limits import Limits
+    from reweighter.wire.http import MemberIn, MemberOut, to_engine
 
     text = (DOCS / "integrations.md").read_text()
     contract = text[text.index("### The contract") : text.index("**gRPC**")]
     request, answer = (json.loads(b) for b in re.findall(r"```json\n(.*?)```", contract, re.S))
-    sub = MemberIn.model_validate(request).to_submission("uid-17")
+    sub = to_engine(MemberIn.model_validate(request), group_id="uid-17")
     checked = check_member(sub, Limits.from_settings(settings()), default_timeout_s=300,
                            max_timeout_s=1800)  # fmt: skip
     assert checked.timeout_s == request["timeout_s"] and checked.completion is not None
     assert set(answer) == set(MemberOut.model_fields)
-    out = MemberOut.model_validate(answer).to_result()
+    out = to_engine(MemberOut.model_validate(answer))
     assert out.complete and out.reason is None and out.round == 0

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from google.protobuf import struct_pb2
 
-from reweighter.api._proto.reweighter.v1 import reweighter_pb2 as pb
+from reweighter.wire._proto.reweighter.v1 import reweighter_pb2 as pb
 
 from .conftest import AUTH, Served, error_shape
 

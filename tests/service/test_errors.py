@@ -15,15 +15,15 @@ import httpx
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from reweighter.api._proto.reweighter.v1 import reweighter_pb2 as pb
-from reweighter.api._proto.reweighter.v1 import reweighter_pb2_grpc as pb_grpc
-from reweighter.api.grpc import convert
-from reweighter.api.http.schemas import ReweightIn
 from reweighter.client import GrpcReweighterClient, RetryPolicy, ReweighterClient
 from reweighter.engine import ReweightEngine
 from reweighter.errors import InvalidInput, LimitExceeded, Unauthenticated
 from reweighter.service import BackgroundService
 from reweighter.types import Group, ReweightRequest
+from reweighter.wire._proto.reweighter.v1 import reweighter_pb2 as pb
+from reweighter.wire._proto.reweighter.v1 import reweighter_pb2_grpc as pb_grpc
+from reweighter.wire.grpc import to_proto
+from reweighter.wire.http import body
 
 from .conftest import NO_RETRY, loopback
 
@@ -70,7 +70,7 @@ def _request(group: Group | None, extra: dict) -> ReweightRequest:
 def _http_json(request: ReweightRequest) -> bytes:
     import json
 
-    return json.dumps(ReweightIn.wire(request), allow_nan=True).encode()
+    return json.dumps(body(request), allow_nan=True).encode()
 
 
 def _post(url: str, content: bytes, **headers: str) -> httpx.Response:
@@ -98,7 +98,7 @@ def test_invalid_input_on_both_transports(case: str, service: BackgroundService)
     error = response.json()["error"]
     assert error["field"] == field and error["type"] == "InvalidInput"
 
-    err = _grpc_error(service.grpc_target, convert.request_to_proto(request))
+    err = _grpc_error(service.grpc_target, to_proto(request, pb.ReweightRequest))
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert err.details() == f"{field}: {error['message']}"  # the same message, field first
     assert _trailing(err) == {
@@ -194,7 +194,7 @@ def test_limits_are_413_and_resource_exhausted(case: str, limited: BackgroundSer
         "field": field,
         "type": "LimitExceeded",
     }
-    err = _grpc_error(limited.grpc_target, convert.request_to_proto(request))
+    err = _grpc_error(limited.grpc_target, to_proto(request, pb.ReweightRequest))
     assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert _trailing(err)["reweighter-error-type"] == "LimitExceeded"
 
@@ -279,11 +279,11 @@ def test_http_health_and_metrics_stay_open(guarded: BackgroundService) -> None:
 
 @pytest.mark.parametrize("metadata", [(), (("authorization", "Bearer wrong"),)])
 def test_grpc_api_key(metadata: tuple, guarded: BackgroundService) -> None:
-    err = _grpc_error(guarded.grpc_target, convert.request_to_proto(GOOD), metadata)
+    err = _grpc_error(guarded.grpc_target, to_proto(GOOD, pb.ReweightRequest), metadata)
     assert err.code() == grpc.StatusCode.UNAUTHENTICATED
     with grpc.insecure_channel(guarded.grpc_target) as channel:
         ok = pb_grpc.ReweighterStub(channel).Reweight(
-            convert.request_to_proto(GOOD), metadata=(("authorization", f"Bearer {KEY}"),)
+            to_proto(GOOD, pb.ReweightRequest), metadata=(("authorization", f"Bearer {KEY}"),)
         )
         assert len(ok.groups[0].rewards) == 2
         health = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest())
@@ -333,7 +333,7 @@ def test_overloaded_is_429_and_retried(engine: ReweightEngine) -> None:
             response = _post(svc.http_url, _http_json(small))
             assert response.status_code == 429 and response.headers["retry-after"] == "1"
             assert response.json()["error"]["type"] == "Overloaded"
-            err = _grpc_error(svc.grpc_target, convert.request_to_proto(small))
+            err = _grpc_error(svc.grpc_target, to_proto(small, pb.ReweightRequest))
             assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
             assert _trailing(err)["reweighter-error-type"] == "Overloaded"
             waiting = pool.submit(

@@ -8,8 +8,8 @@ a string into a member exactly once (`parse_name`), naming the field when it is 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import MISSING, dataclass, field
 from enum import StrEnum
 from typing import Any, TypeVar
 
@@ -62,63 +62,115 @@ def parse_name(kind: type[E], value: object, field: str, what: str) -> E:
         raise InvalidInput(f"unknown {what} {value!r}; known: {known}", field=field) from None
 
 
+def wire(
+    doc: str,
+    default: Any = MISSING,
+    *,
+    factory: Callable[[], Any] | None = None,
+    non_empty: bool = False,
+    omit_none: bool = False,
+    schema: str | None = None,
+    in_path: bool = False,
+) -> Any:
+    """A field of a wire message, documented once: reweighter.wire derives the HTTP model (its
+    description, `minItems` when `non_empty`, absent from answers when None and `omit_none`,
+    the JSON schema named by `schema`; carried in the URL path, not the body, when `in_path`),
+    the client's body and the protobuf mapping from it."""
+    meta = {
+        "doc": doc,
+        "non_empty": non_empty,
+        "omit_none": omit_none,
+        "schema": schema,
+        "in_path": in_path,
+    }
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+# -- the wire messages: one definition each (reweighter.wire derives HTTP, gRPC and client) --
+
+
 @dataclass(frozen=True)
 class Group:
     """One prompt's completions. Give `completions` (texts) or `embeddings` ([G][D]), not both."""
 
-    rewards: Sequence[float]
-    completions: Sequence[str] | None = None
-    embeddings: Sequence[Sequence[float]] | Any | None = None  # list of lists or a [G, D] array
-    id: str | None = None
-    answers: Sequence[str | None] | None = None
-    """The canonical final answer per completion (None: none extracted); answer classes for
-    darling, the counted outcome for outcome_ucb, `stats.distinct_answers`."""
-    prompt_key: str | None = None
-    """A stable key of the group's prompt across steps (outcome_ucb's memory)."""
+    rewards: Sequence[float] = wire("one base reward per completion", non_empty=True)
+    completions: Sequence[str] | None = wire(
+        "the group's completions (texts); or give `embeddings`", None, non_empty=True
+    )
+    embeddings: Sequence[Sequence[float]] | None = wire(
+        "precomputed vectors, one per completion ([G][D], or a [G, D] array); or give "
+        "`completions`",
+        None,
+        non_empty=True,
+    )
+    id: str | None = wire("echoed back in the result", None)
+    answers: Sequence[str | None] | None = wire(
+        "the canonical final answer of each completion (null: none extracted): darling's "
+        "classes, outcome_ucb's counted outcome, stats.distinct_answers",
+        None,
+    )
+    prompt_key: str | None = wire(
+        "a stable key of the group's prompt across steps (outcome_ucb's memory)", None
+    )
 
 
 @dataclass(frozen=True)
 class ReweightRequest:
-    groups: Sequence[Group]
-    method: Method | str = DEFAULT_METHOD
+    groups: Sequence[Group] = wire("the groups to reweight", non_empty=True)
+    method: Method | str = wire("reweighting method (see GET /v1/info)", DEFAULT_METHOD)
     """A method name (a Method for the built-ins); the engine rejects names not in the method
     catalogue (field "method")."""
-    params: Mapping[str, Any] = field(default_factory=dict)
-    advantages: AdvantageKind | str = AdvantageKind.NONE
-    advantage_params: Mapping[str, Any] = field(default_factory=dict)
-    """The estimator's parameters (pass_at_k: k, success_threshold)."""
-    step: int | None = None
-    """The trainer's global step (outcome_ucb's memory counts once per (prompt_key, step))."""
+    params: Mapping[str, Any] = wire(
+        "the chosen method's parameters only (their schemas: GET /v1/info)",
+        factory=dict,
+        schema="method_params",
+    )
+    advantages: AdvantageKind | str = wire(
+        "advantage estimator computed after reweighting", AdvantageKind.NONE
+    )
+    advantage_params: Mapping[str, Any] = wire(
+        "the estimator's parameters (pass_at_k: k, success_threshold)", factory=dict
+    )
+    step: int | None = wire(
+        "the trainer's global step (outcome_ucb's memory counts once per (prompt_key, step))",
+        None,
+    )
 
 
 @dataclass(frozen=True)
 class GroupStats:
-    mean_similarity: float
-    """Mean cosine similarity over distinct pairs (i < j); 1.0 for a group of one."""
-    lambda_: float | None = None
-    """The MMR trade-off used for this group; None for other methods."""
-    effective_size: float | None = None
-    """n^2 / sum_ij max(0, s_ij): 1 for identical completions, n for orthogonal ones."""
-    distinct_answers: int | None = None
-    """Distinct non-null answers, when the group carried answers."""
-    classes: int | None = None
-    """Answer classes the method used (darling), else None."""
+    mean_similarity: float = wire("mean cosine similarity over distinct pairs; 1.0 for one")
+    lambda_: float | None = wire("the MMR trade-off used (MMR only)", None, omit_none=True)
+    """The MMR trade-off used for this group; None for other methods. On the wire: `lambda`."""
+    effective_size: float | None = wire(
+        "n^2 / sum_ij max(0, s_ij): 1 for identical completions, n for orthogonal ones",
+        None,
+        omit_none=True,
+    )
+    distinct_answers: int | None = wire(
+        "distinct non-null answers, when the group carried answers", None, omit_none=True
+    )
+    classes: int | None = wire(
+        "answer classes the method used (darling)", None, omit_none=True
+    )
 
 
 @dataclass(frozen=True)
 class GroupResult:
-    id: str | None
-    rewards: list[float]
-    advantages: list[float] | None
-    stats: GroupStats
+    id: str | None = wire("the request's group id")
+    rewards: list[float] = wire("the reweighted rewards, in the order of the request")
+    advantages: list[float] | None = wire("absent when advantages = none", omit_none=True)
+    stats: GroupStats = wire("the group's statistics")
 
 
 @dataclass(frozen=True)
 class ReweightResult:
-    method: str
-    model: str | None
+    method: str = wire("the method used")
+    model: str | None = wire("encoder id; null when all embeddings were given")
     """Encoder id, or None when every group came with embeddings."""
-    groups: list[GroupResult]
+    groups: list[GroupResult] = wire("one result per group, in the order of the request")
 
 
 @dataclass(frozen=True)
@@ -126,6 +178,78 @@ class EmbedResult:
     model: str
     dim: int
     embeddings: Any  # numpy float32 [N, D]
+
+
+# -- group assembly: one member of a group whose siblings arrive separately ------------------
+
+
+class MemberReason(StrEnum):
+    """Why an answer is incomplete (`MemberResult.reason`); None when it is complete."""
+
+    SHORT = "short"
+    """The round closed at a member's deadline with fewer than group_size members: `members`
+    says how many were present. Every member of the round gets this same answer."""
+    COMPUTING = "computing"
+    """The group was whole (`members` == group_size) but still being reweighted when this
+    member's deadline came; a retry after it finishes gets the complete answer."""
+    STORE_UNAVAILABLE = "store_unavailable"
+    """The shared store (Redis) did not answer by the deadline: `members` counts only the
+    members that waited on the same replica."""
+
+
+@dataclass(frozen=True)
+class MemberSubmission:
+    """One completion of a group whose siblings arrive separately (other calls, other replicas).
+
+    The group is reweighted in `member_id` string order once `group_size` distinct members are
+    in, so the answer never depends on arrival order. Give `completion` or `embedding`.
+    """
+
+    group_id: str = wire("the group", in_path=True)
+    member_id: str = wire("unique in the group; sets the group's order")
+    group_size: int = wire("distinct members that make the group whole")
+    reward: float = wire("the member's base reward")
+    completion: str | None = wire("the completion; or give `embedding`", None)
+    embedding: Sequence[float] | None = wire("a precomputed vector (or a [D] array)", None)
+    method: Method | str = wire("reweighting method (see GET /v1/info)", DEFAULT_METHOD)
+    params: Mapping[str, Any] = wire(
+        "as /v1/reweight; the same for every member", factory=dict, schema="method_params"
+    )
+    advantages: AdvantageKind | str = wire(
+        "advantage estimator computed after reweighting", AdvantageKind.NONE
+    )
+    timeout_s: float | None = wire(
+        "seconds to wait for the group; server default and cap if absent/over", None
+    )
+    """None: the server default (`assembly_timeout_s`); capped at `assembly_max_timeout_s`."""
+    answer: str | None = wire(
+        "the member's extracted final answer (null: none): darling's classes, "
+        "stats.distinct_answers",
+        None,
+    )
+
+
+@dataclass(frozen=True)
+class MemberResult:
+    """The member's reweighted reward; `complete` is False when `reason` says why not."""
+
+    group_id: str = wire("the member's group")
+    member_id: str = wire("the member")
+    reward: float = wire("reweighted; equals raw_reward when incomplete")
+    raw_reward: float = wire("the reward the member was sent with")
+    advantage: float | None = wire("null unless advantages were asked for")
+    """None unless advantages were asked for; when incomplete, over the `members` counted, from
+    their raw rewards (method "none")."""
+    complete: bool = wire("false: the answer is raw, see reason")
+    reason: MemberReason | None = wire("null when complete; else why not (docs/integrations.md)")
+    """None when complete; else why not (MemberReason)."""
+    stats: GroupStats | None = wire("the group's; null when incomplete")
+    """The group's statistics as /v1/reweight gives them; None when incomplete."""
+    members: int = wire("members the answer was computed over")
+    """How many members the answer was computed over (group_size when complete)."""
+    round: int = wire("the round of group_id the member was in (0 first)", 0)
+    """Which round of `group_id` the member was in: 0, or more when it arrived after earlier
+    rounds of the same group id had been answered (a late or extra member, or a reused id)."""
 
 
 class MethodInfo(TypedDict):

@@ -4,11 +4,9 @@ and the async context manager. A transport implements `_submit` (send one Member
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
-from ..assembly.types import MemberResult, MemberSubmission
-from ..types import DEFAULT_METHOD, AdvantageKind, Method
+from ..types import MemberResult, MemberSubmission
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 """Where `reweighter serve` listens by default (HTTP)."""
@@ -25,36 +23,17 @@ C = TypeVar("C", bound="AsyncClientBase")
 
 
 class AsyncClientBase:
-    async def submit_member(
-        self,
-        group_id: str,
-        member_id: str,
-        group_size: int,
-        reward: float,
-        *,
-        completion: str | None = None,
-        embedding: Sequence[float] | None = None,
-        method: Method | str = DEFAULT_METHOD,
-        params: Mapping[str, Any] | None = None,
-        advantages: AdvantageKind | str = AdvantageKind.NONE,
-        timeout_s: float | None = None,
-    ) -> MemberResult:
-        """Send one member of a group and wait for the group (docs/integrations.md). Retried
-        like every call: it is idempotent. The client waits timeout_s plus a margin, or without
-        a deadline when timeout_s is None (the server answers by its own maximum)."""
-        sub = MemberSubmission(
-            group_id=group_id,
-            member_id=member_id,
-            group_size=group_size,
-            reward=reward,
-            completion=completion,
-            embedding=embedding,
-            method=method,  # the server names a bad one
-            params=dict(params or {}),
-            advantages=advantages,
-            timeout_s=timeout_s,
-        )
-        deadline = None if timeout_s is None else float(timeout_s) + MEMBER_MARGIN_S
+    async def submit_member(self, *args: Any, **fields: Any) -> MemberResult:
+        """Send one member of a group and wait for the group (docs/integrations.md): a
+        MemberSubmission, or its fields (group_id, member_id, group_size, reward, then by
+        keyword completion or embedding, method, params, advantages, timeout_s). Retried like
+        every call: it is idempotent. The client waits timeout_s plus a margin, or without a
+        deadline when timeout_s is None (the server answers by its own maximum)."""
+        if len(args) == 1 and not fields and isinstance(args[0], MemberSubmission):
+            sub = args[0]
+        else:
+            sub = MemberSubmission(*args, **fields)  # the server names a bad value
+        deadline = None if sub.timeout_s is None else float(sub.timeout_s) + MEMBER_MARGIN_S
         return await self._submit(sub, deadline)
 
     async def _submit(self, sub: MemberSubmission, deadline: float | None) -> MemberResult:

@@ -15,8 +15,7 @@ import weakref
 from collections.abc import Awaitable, Coroutine, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
-from ..assembly.types import MemberResult
-from ..types import EmbedResult, EngineInfo, ReweightRequest, ReweightResult
+from ..types import EmbedResult, EngineInfo, MemberResult, ReweightRequest, ReweightResult
 from .retry import RetryPolicy
 
 T = TypeVar("T")

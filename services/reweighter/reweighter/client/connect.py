@@ -13,8 +13,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from ..assembly.types import MemberResult
-from ..types import AdvantageKind, EngineInfo, Method, ReweightRequest, ReweightResult
+from ..types import (
+    AdvantageKind,
+    EngineInfo,
+    MemberResult,
+    Method,
+    ReweightRequest,
+    ReweightResult,
+)
 from ._base import DEFAULT_TIMEOUT_S, DEFAULT_URL
 from .retry import RetryPolicy
 

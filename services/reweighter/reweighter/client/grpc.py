@@ -1,7 +1,7 @@
 """The gRPC client (grpc.aio), async, and its sync wrapper; both return the engine's result types.
 
 Errors are raised as the server's reweighter.errors class, rebuilt from trailing metadata
-(api/grpc/convert.py). Retries as in client/retry.py: UNAVAILABLE (restarting, loading) and
+(reweighter.wire.grpc). Retries as in client/retry.py: UNAVAILABLE (restarting, loading) and
 RESOURCE_EXHAUSTED only when the server says it is overloaded; a request over the size limits
 fails at once.
 """
@@ -20,13 +20,19 @@ from typing import Any, TypeVar
 
 import grpc
 
-from ..api._proto.reweighter.v1 import reweighter_pb2 as pb
-from ..api._proto.reweighter.v1 import reweighter_pb2_grpc as pb_grpc
-from ..api.grpc import convert
-from ..assembly.types import MemberResult, MemberSubmission
 from ..errors import ReweighterError
 from ..limits import CLIENT_CHANNEL_OPTIONS
-from ..types import EmbedResult, EngineInfo, ReweightRequest, ReweightResult
+from ..types import (
+    EmbedResult,
+    EngineInfo,
+    MemberResult,
+    MemberSubmission,
+    ReweightRequest,
+    ReweightResult,
+)
+from ..wire._proto.reweighter.v1 import reweighter_pb2 as pb
+from ..wire._proto.reweighter.v1 import reweighter_pb2_grpc as pb_grpc
+from ..wire.grpc import error_from_rpc, from_proto, member_error, proto_to_embed, to_proto
 from ._base import DEFAULT_GRPC_TARGET, DEFAULT_TIMEOUT_S, AsyncClientBase
 from ._sync import SyncClient
 from .retry import RetryPolicy
@@ -61,22 +67,20 @@ class AsyncGrpcReweighterClient(AsyncClientBase):
         self._stub = pb_grpc.ReweighterStub(self._channel)
 
     async def reweight(self, request: ReweightRequest) -> ReweightResult:
-        msg = convert.request_to_proto(request)
-        return convert.proto_to_result(await self._call(self._stub.Reweight, msg))
+        msg = to_proto(request, pb.ReweightRequest)
+        return from_proto(await self._call(self._stub.Reweight, msg), ReweightResult)
 
     async def embed(self, texts: Sequence[str]) -> EmbedResult:
         msg = pb.EmbedRequest(inputs=list(texts))
-        return convert.proto_to_embed(await self._call(self._stub.Embed, msg))
+        return proto_to_embed(await self._call(self._stub.Embed, msg))
 
     async def info(self) -> EngineInfo:
-        return convert.proto_to_info(await self._call(self._stub.Info, pb.InfoRequest()))
+        return from_proto(await self._call(self._stub.Info, pb.InfoRequest()), EngineInfo)
 
     async def _submit(self, sub: MemberSubmission, deadline: float | None) -> MemberResult:
-        msg = convert.submission_to_proto(sub)
+        msg = to_proto(sub, pb.SubmitMemberRequest)
         answer = await self._call(self._stub.SubmitMember, msg, timeout=deadline)
-        result = convert.proto_to_member_result(answer)
-        assert isinstance(result, MemberResult)  # unary errors come as the call's status
-        return result
+        return from_proto(answer, MemberResult)  # unary errors come as the call's status
 
     async def submit_members(
         self, members: Iterable[MemberSubmission] | AsyncIterable[MemberSubmission]
@@ -88,17 +92,17 @@ class AsyncGrpcReweighterClient(AsyncClientBase):
         async def requests() -> AsyncIterator[Any]:
             if isinstance(members, AsyncIterable):
                 async for m in members:
-                    yield convert.submission_to_proto(m)
+                    yield to_proto(m, pb.SubmitMemberRequest)
             else:
                 for m in members:
-                    yield convert.submission_to_proto(m)
+                    yield to_proto(m, pb.SubmitMemberRequest)
 
         call = self._stub.SubmitMembers(requests(), metadata=self._metadata)
         try:
             async for msg in call:
-                yield convert.proto_to_member_result(msg)
+                yield member_error(msg) or from_proto(msg, MemberResult)
         except grpc.RpcError as e:
-            raise convert.error_from_rpc(e) from None
+            raise error_from_rpc(e) from None
 
     async def _call(
         self, rpc: Callable[..., Awaitable[R]], msg: Any, timeout: float | None | bool = False
@@ -109,7 +113,7 @@ class AsyncGrpcReweighterClient(AsyncClientBase):
                 try:
                     answer = await rpc(msg, timeout=deadline, metadata=self._metadata)
                 except grpc.RpcError as e:
-                    raise convert.error_from_rpc(e) from None
+                    raise error_from_rpc(e) from None
         return answer
 
     async def close(self) -> None:

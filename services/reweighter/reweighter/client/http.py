@@ -1,6 +1,6 @@
 """The HTTP client (aiohttp), async, and its sync wrapper; both return the engine's result types.
 
-Answers are parsed with the same pydantic models the server emits (api/http/schemas.py), and
+Answers are parsed with the same pydantic models the server emits (reweighter.wire.http), and
 errors are raised as the server's reweighter.errors class, with its message and field. Retries
 as in client/retry.py; a call that gets no answer in time is not retried (a service that is
 merely slow would only get more load).
@@ -24,33 +24,40 @@ from urllib.parse import quote
 import aiohttp
 from pydantic import TypeAdapter, ValidationError
 
-from ..api.http import schemas
-from ..assembly.types import MemberResult, MemberSubmission
 from ..errors import ConnectionFailed, ReweighterError
-from ..types import EmbedResult, EngineInfo, ReweightRequest, ReweightResult
+from ..types import (
+    EmbedResult,
+    EngineInfo,
+    MemberResult,
+    MemberSubmission,
+    ReweightRequest,
+    ReweightResult,
+)
+from ..wire.http import EmbedIn, EmbedOut, ErrorOut, body, parse
 from ._base import DEFAULT_TIMEOUT_S, DEFAULT_URL, AsyncClientBase
 from ._sync import SyncClient
 from .retry import RetryPolicy
 
 T = TypeVar("T")
 CONNECT_TIMEOUT_S = 5.0
-# Answers are parsed with the server's own response models.
-_REWEIGHT, _EMBED, _MEMBER = (
-    m.model_validate_json for m in (schemas.ReweightOut, schemas.EmbedOut, schemas.MemberOut)
-)
 _INFO = TypeAdapter(EngineInfo)
 _JSON = {"content-type": "application/json"}
 
 
-def _error(status: int, headers: Any, body: bytes) -> ReweighterError:
+def _parse(cls: type[T]) -> Callable[[bytes], T]:
+    """An answer parsed with the server's own response model, as the engine's type `cls`."""
+    return lambda data: parse(cls, data)
+
+
+def _error(status: int, headers: Any, data: bytes) -> ReweighterError:
     try:
         retry_after: float | None = float(headers["retry-after"])
     except (KeyError, ValueError):
         retry_after = None
     try:
-        return schemas.ErrorOut.model_validate_json(body).to_error(retry_after)
+        return ErrorOut.model_validate_json(data).to_error(retry_after)
     except ValidationError:
-        text = f"HTTP {status}: {body[:500].decode(errors='replace')}"
+        text = f"HTTP {status}: {data[:500].decode(errors='replace')}"
         return ReweighterError(text, http_status=status, retry_after=retry_after)
 
 
@@ -93,20 +100,19 @@ class AsyncReweighterClient(AsyncClientBase):
         return aiohttp.ClientTimeout(total=total, sock_connect=connect)
 
     async def reweight(self, request: ReweightRequest) -> ReweightResult:
-        body = schemas.ReweightIn.wire(request)
-        return (await self._call("POST", "/v1/reweight", _REWEIGHT, body)).to_result()
+        return await self._call("POST", "/v1/reweight", _parse(ReweightResult), body(request))
 
     async def embed(self, texts: Sequence[str]) -> EmbedResult:
-        body = schemas.EmbedIn.wire(texts)
-        return (await self._call("POST", "/v1/embed", _EMBED, body)).to_result()
+        payload = EmbedIn.wire(texts)
+        answer = await self._call("POST", "/v1/embed", EmbedOut.model_validate_json, payload)
+        return answer.to_result()
 
     async def info(self) -> EngineInfo:
         return await self._call("GET", "/v1/info", _INFO.validate_json)
 
     async def _submit(self, sub: MemberSubmission, deadline: float | None) -> MemberResult:
         path = f"/v1/groups/{quote(sub.group_id, safe='')}/members"
-        body = schemas.MemberIn.wire(sub)
-        return (await self._call("POST", path, _MEMBER, body, deadline)).to_result()
+        return await self._call("POST", path, _parse(MemberResult), body(sub), deadline)
 
     async def ready(self) -> bool:
         try:
@@ -144,8 +150,8 @@ class AsyncReweighterClient(AsyncClientBase):
         kwargs: dict[str, Any] = {} if timeout is False else {"timeout": self._timeout(limit)}
         async for attempt in self.retry.attempts():
             with attempt:
-                body = await self._send(verb, path, data, limit, kwargs)
-        return parse(body)
+                answer = await self._send(verb, path, data, limit, kwargs)
+        return parse(answer)
 
     async def _send(
         self, verb: str, path: str, data: bytes | None, limit: float | None, kwargs: dict
@@ -156,7 +162,7 @@ class AsyncReweighterClient(AsyncClientBase):
             kwargs["headers"] = _JSON
         try:
             async with self._session().request(verb, self.base_url + path, **kwargs) as response:
-                body = await response.read()
+                answer = await response.read()
                 status, headers = response.status, response.headers
         except aiohttp.ConnectionTimeoutError as e:  # before TimeoutError: it is both
             raise ConnectionFailed(f"{verb} {path}: no connection in {CONNECT_TIMEOUT_S} s") from e
@@ -169,8 +175,8 @@ class AsyncReweighterClient(AsyncClientBase):
         except aiohttp.ClientConnectionError as e:
             raise ConnectionFailed(f"{verb} {path}: {type(e).__name__}: {e}") from e
         if status >= 400:
-            raise _error(status, headers, body)
-        return body
+            raise _error(status, headers, answer)
+        return answer
 
     async def close(self) -> None:
         if self._http is not None:

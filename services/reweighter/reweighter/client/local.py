@@ -12,8 +12,14 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..assembly.types import MemberResult, MemberSubmission
-from ..types import EmbedResult, EngineInfo, ReweightRequest, ReweightResult
+from ..types import (
+    EmbedResult,
+    EngineInfo,
+    MemberResult,
+    MemberSubmission,
+    ReweightRequest,
+    ReweightResult,
+)
 from ._base import AsyncClientBase
 from ._sync import SyncClient
 from .retry import RetryPolicy

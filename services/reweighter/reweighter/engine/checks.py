@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ValidationError
@@ -21,7 +21,7 @@ from ..errors import InvalidInput, LimitExceeded
 from ..limits import Limits
 from ..methods import get_method
 from ..methods.params import NoAdvantageParams, PassAtKParams
-from ..types import AdvantageKind, ReweightRequest, parse_name
+from ..types import AdvantageKind, MemberSubmission, ReweightRequest, parse_name
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ def check_request(request: ReweightRequest, limits: Limits) -> Checked:
     kind = parse_name(AdvantageKind, request.advantages, "advantages", "advantage kind")
     adv_params = check_advantage_params(kind, request.advantage_params, spec.name)
     memory = "memory" in spec.needs
-    step = _check_step(getattr(request, "step", None), required=memory, method=spec.name)
+    step = _check_step(request.step, required=memory, method=spec.name)
 
     groups = request.groups
     if not groups:
@@ -104,10 +104,10 @@ def check_request(request: ReweightRequest, limits: Limits) -> Checked:
                 f"{len(r)} completions exceed the group limit of {limits.max_group_size}",
                 field=f"{where}.rewards",
             )
-        a = _check_answers(getattr(g, "answers", None), len(r), f"{where}.answers")
+        a = _check_answers(g.answers, len(r), f"{where}.answers")
         if a is not None:
             chars += sum(len(x) for x in a if x is not None)
-        key = _check_prompt_key(getattr(g, "prompt_key", None), f"{where}.prompt_key")
+        key = _check_prompt_key(g.prompt_key, f"{where}.prompt_key")
         if memory:
             if key is None:
                 raise InvalidInput(
@@ -209,6 +209,18 @@ def _check_prompt_key(value: Any, field: str) -> str | None:
     return value
 
 
+def _check_answer(value: Any, field: str) -> str | None:
+    """One answer: a string (bounded, valid Unicode) or None."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidInput(f"must be a string or null, got {type(value).__name__}", field=field)
+    if len(value) > MAX_ANSWER_CHARS:
+        raise InvalidInput(f"longer than {MAX_ANSWER_CHARS} characters", field=field)
+    _check_unicode(value, field)
+    return value
+
+
 def _check_answers(values: Any, n: int, field: str) -> list[str | None] | None:
     """One string or null per completion."""
     if values is None:
@@ -217,50 +229,11 @@ def _check_answers(values: Any, n: int, field: str) -> list[str | None] | None:
         raise InvalidInput("must be a list of strings or nulls, one per completion", field=field)
     if len(values) != n:
         raise InvalidInput(f"has {len(values)} items but rewards has {n}", field=field)
-    out: list[str | None] = []
-    for i, a in enumerate(values):
-        if a is not None:
-            if not isinstance(a, str):
-                raise InvalidInput(
-                    f"must be a string or null, got {type(a).__name__}", field=f"{field}[{i}]"
-                )
-            if len(a) > MAX_ANSWER_CHARS:
-                raise InvalidInput(
-                    f"longer than {MAX_ANSWER_CHARS} characters", field=f"{field}[{i}]"
-                )
-            _check_unicode(a, f"{field}[{i}]")
-        out.append(a)
-    return out
+    return [_check_answer(a, f"{field}[{i}]") for i, a in enumerate(values)]
 
 
 MAX_ID_CHARS = 256
 """Longest group_id / member_id a member may give."""
-
-
-class MemberLike(Protocol):
-    """What check_member reads: reweighter.assembly.MemberSubmission, named structurally so the
-    engine does not import the assembly layer above it."""
-
-    @property
-    def group_id(self) -> str: ...
-    @property
-    def member_id(self) -> str: ...
-    @property
-    def group_size(self) -> int: ...
-    @property
-    def reward(self) -> float: ...
-    @property
-    def completion(self) -> str | None: ...
-    @property
-    def embedding(self) -> Any: ...
-    @property
-    def method(self) -> Any: ...
-    @property
-    def params(self) -> Mapping[str, Any]: ...
-    @property
-    def advantages(self) -> Any: ...
-    @property
-    def timeout_s(self) -> float | None: ...
 
 
 @dataclass(frozen=True)
@@ -279,10 +252,12 @@ class CheckedMember:
     """float32 [D], finite and non-zero."""
     timeout_s: float
     """The member's own, or the default; capped at the maximum."""
+    answer: str | None = None
+    """The member's extracted final answer (None: none given)."""
 
 
 def check_member(
-    member: MemberLike, limits: Limits, *, default_timeout_s: float, max_timeout_s: float
+    member: MemberSubmission, limits: Limits, *, default_timeout_s: float, max_timeout_s: float
 ) -> CheckedMember:
     """One member of a group sent on its own: the rules of a request's group, for one member.
 
@@ -337,6 +312,7 @@ def check_member(
         completion=text,
         embedding=vector,
         timeout_s=min(float(timeout), max_timeout_s),
+        answer=_check_answer(member.answer, "answer"),
     )
 
 

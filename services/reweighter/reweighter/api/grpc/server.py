@@ -14,8 +14,8 @@ from ...assembly import GroupAssembler
 from ...config import Settings
 from ...errors import Unauthenticated
 from ...limits import grpc_server_options
-from .._proto.reweighter.v1 import reweighter_pb2 as pb
-from .._proto.reweighter.v1 import reweighter_pb2_grpc as pb_grpc
+from ...wire._proto.reweighter.v1 import reweighter_pb2 as pb
+from ...wire._proto.reweighter.v1 import reweighter_pb2_grpc as pb_grpc
 from ..auth import check_bearer
 from ..metrics import Metrics
 from ..protocol import EngineProtocol

@@ -2,8 +2,9 @@
 with the error class and field in trailing metadata (the client rebuilds the same error).
 
 To add an RPC: define it in proto/reweighter/v1/*.proto, regenerate the stubs
-(scripts/gen_proto.py), add its conversions to convert.py, and a method here that runs through
-`_call` (metrics and error mapping come with it); the gRPC client gets the matching method.
+(scripts/gen_proto.py), and add a method here that converts with reweighter.wire.grpc's
+`from_proto` / `to_proto` (derived from the messages) and runs through `_call` (metrics and
+error mapping come with it); the gRPC client gets the matching method.
 """
 
 from __future__ import annotations
@@ -16,11 +17,20 @@ import grpc
 
 from ...assembly import GroupAssembler
 from ...errors import NotReady, ReweighterError
-from .._proto.reweighter.v1 import reweighter_pb2 as pb
-from .._proto.reweighter.v1 import reweighter_pb2_grpc as pb_grpc
+from ...types import MemberSubmission, ReweightRequest
+from ...wire._proto.reweighter.v1 import reweighter_pb2 as pb
+from ...wire._proto.reweighter.v1 import reweighter_pb2_grpc as pb_grpc
+from ...wire.grpc import (
+    embed_inputs,
+    embed_to_proto,
+    error_metadata,
+    from_proto,
+    member_error_to_proto,
+    method_of,
+    to_proto,
+)
 from ..metrics import Metrics
 from ..protocol import EngineProtocol
-from . import convert
 
 T = TypeVar("T")
 
@@ -37,29 +47,28 @@ class ReweighterServicer(pb_grpc.ReweighterServicer):
 
     async def Reweight(self, request: pb.ReweightRequest, context: Any) -> pb.ReweightResponse:
         async def run() -> pb.ReweightResponse:
-            req = convert.proto_to_request(request)
+            req = from_proto(request, ReweightRequest)
             n = sum(len(g.rewards) for g in request.groups)
             self.metrics.completions.labels("grpc").observe(n)
-            return convert.result_to_proto(await self.engine.areweight(req))
+            return to_proto(await self.engine.areweight(req), pb.ReweightResponse)
 
-        return await self._call(context, "reweight", request.method or convert.DEFAULT_METHOD, run)
+        return await self._call(context, "reweight", method_of(request), run)
 
     async def Embed(self, request: pb.EmbedRequest, context: Any) -> pb.EmbedResponse:
         async def run() -> pb.EmbedResponse:
-            texts = convert.proto_embed_inputs(request)
-            return convert.embed_to_proto(await self.engine.aembed(texts))
+            return embed_to_proto(await self.engine.aembed(embed_inputs(request)))
 
         return await self._call(context, "embed", "", run)
 
     async def Info(self, request: pb.InfoRequest, context: Any) -> pb.InfoResponse:
         async def run() -> pb.InfoResponse:
-            return convert.info_to_proto(self.engine.info())
+            return to_proto(self.engine.info(), pb.InfoResponse)
 
         return await self._call(context, "info", "", run)
 
     async def SubmitMember(self, request: pb.SubmitMemberRequest, context: Any) -> pb.MemberResult:
         return await self._call(
-            context, "submit_member", request.method or convert.DEFAULT_METHOD,
+            context, "submit_member", method_of(request),
             lambda: self._submit(request),
         )  # fmt: skip
 
@@ -72,12 +81,11 @@ class ReweighterServicer(pb_grpc.ReweighterServicer):
         tasks: set[asyncio.Task[None]] = set()
 
         async def one(request: pb.SubmitMemberRequest) -> None:
-            method = request.method or convert.DEFAULT_METHOD
             try:
-                with self.metrics.track("grpc", "submit_member", method):
+                with self.metrics.track("grpc", "submit_member", method_of(request)):
                     answer = await self._submit(request)
             except ReweighterError as e:
-                answer = convert.member_error_to_proto(request, e)
+                answer = member_error_to_proto(request, e)
             await answers.put(answer)
 
         async def read() -> None:
@@ -102,8 +110,8 @@ class ReweighterServicer(pb_grpc.ReweighterServicer):
     async def _submit(self, request: pb.SubmitMemberRequest) -> pb.MemberResult:
         if self.assembler is None:
             raise NotReady("group assembly is not running in this service")
-        sub = convert.proto_to_submission(request)
-        return convert.member_result_to_proto(await self.assembler.submit(sub))
+        sub = from_proto(request, MemberSubmission)
+        return to_proto(await self.assembler.submit(sub), pb.MemberResult)
 
     async def _call(
         self, context: Any, endpoint: str, method: str, run: Callable[[], Awaitable[T]]
@@ -121,5 +129,5 @@ async def abort(context: Any, exc: ReweighterError) -> None:
     await context.abort(
         getattr(grpc.StatusCode, exc.grpc_code),
         str(exc),
-        trailing_metadata=convert.error_metadata(exc),
+        trailing_metadata=error_metadata(exc),
     )

@@ -20,13 +20,13 @@ from ...assembly import GroupAssembler
 from ...config import Settings
 from ...errors import InvalidInput, ReweighterError
 from ...limits import max_body_bytes
+from ...wire.http import ErrorOut
 from ..metrics import Metrics
 from ..protocol import EngineProtocol
 from .middleware import BodyLimit, endpoint_name
 from .openrlhf import build_openrlhf_router, is_token_path
 from .router import build_router
 from .routes import RequestFields, route_labels
-from .schemas import ErrorOut
 
 
 def create_app(

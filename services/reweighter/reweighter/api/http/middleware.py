@@ -14,9 +14,9 @@ from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ...errors import LimitExceeded, ReweighterError, Unauthenticated
+from ...wire.http import ErrorOut
 from ..auth import check_bearer
 from ..metrics import Metrics
-from .schemas import ErrorOut
 
 
 def endpoint_name(path: str) -> str:

@@ -39,9 +39,9 @@ from ...types import DEFAULT_METHOD
 from ...verify import Verifier, response_of
 from ...verify.math_answers import math_verifier
 from ...verify.upstream import UpstreamVerifier
+from ...wire.http import ErrorOut
 from ..metrics import Metrics
 from .router import ERROR_RESPONSES
-from .schemas import ErrorOut
 
 log = logging.getLogger(__name__)
 

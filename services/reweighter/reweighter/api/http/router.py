@@ -1,7 +1,8 @@
 """The HTTP routes: each converts its schema to an engine call and the result back.
 
-To add an endpoint, follow "Add an HTTP route" in the `reweighter` package docstring: models in
-schemas.py, a route here with `response_model` run inside `metrics.track`, a client method.
+To add an endpoint, follow "Add a route" in the `reweighter` package docstring: its messages in
+reweighter.types (wire/http.py derives the models), a route here with `response_model` run
+inside `metrics.track`, an RPC in the servicer, a client method.
 The field names of its schema errors and its metrics label come from the route itself
 (routes.py): there is no list to extend.
 """
@@ -17,10 +18,7 @@ from ...assembly import GroupAssembler
 from ...config import Settings
 from ...errors import NotReady
 from ...types import EngineInfo
-from ..auth import check_bearer
-from ..metrics import Metrics
-from ..protocol import EngineProtocol
-from .schemas import (
+from ...wire.http import (
     EmbedIn,
     EmbedOut,
     ErrorOut,
@@ -29,7 +27,12 @@ from .schemas import (
     ReweightIn,
     ReweightOut,
     StatusOut,
+    answer,
+    to_engine,
 )
+from ..auth import check_bearer
+from ..metrics import Metrics
+from ..protocol import EngineProtocol
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorOut, "description": desc}
@@ -94,7 +97,7 @@ def build_router(
         """Reweight each group's rewards by its completions' redundancy (and compute advantages)."""
         with metrics.track("http", "reweight", body.method):
             metrics.completions.labels("http").observe(sum(len(g.rewards) for g in body.groups))
-            return ReweightOut.from_result(await engine.areweight(body.to_request()))
+            return answer(await engine.areweight(to_engine(body)))  # type: ignore[return-value]
 
     @api.post("/embed", response_model=EmbedOut)
     async def embed(body: EmbedIn) -> EmbedOut:
@@ -112,7 +115,8 @@ def build_router(
         with metrics.track("http", "members", body.method):
             if assembler is None:
                 raise NotReady("group assembly is not running in this service")
-            return MemberOut.from_result(await assembler.submit(body.to_submission(group_id)))
+            sub = to_engine(body, group_id=group_id)
+            return answer(await assembler.submit(sub))  # type: ignore[return-value]
 
     router = APIRouter()
     router.include_router(health)

@@ -1,0 +1,44 @@
+"""The rules every form of a wire message shares, written once."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import MISSING, Field, fields
+from typing import Any
+
+from ..errors import InvalidInput
+
+
+def wire_name(name: str) -> str:
+    """A field's name on the wire: its Python name without the trailing underscore that keeps
+    it off a keyword (`lambda_` is `lambda` in JSON and in the proto)."""
+    return name[:-1] if name.endswith("_") else name
+
+
+def default_of(cls: type, name: str) -> Any:
+    """The default of a message's field: the one place a transport finds it (a proto3 string
+    left empty, an HTTP field left out)."""
+    (f,) = [f for f in fields(cls) if f.name == name]
+    return _default(f)
+
+
+def _default(f: Field) -> Any:
+    if f.default is not MISSING:
+        return f.default
+    if f.default_factory is not MISSING:
+        return f.default_factory()
+    return MISSING
+
+
+def has_default(f: Field) -> bool:
+    return f.default is not MISSING or f.default_factory is not MISSING
+
+
+def embed_texts(inputs: Sequence[str] | str, normalize: bool | None) -> list[str]:
+    """The texts of an embed request. `normalize` may be left out; only true is supported."""
+    if normalize is False:
+        raise InvalidInput(
+            "only normalize=true is supported: the encoder returns unit vectors",
+            field="normalize",
+        )
+    return [inputs] if isinstance(inputs, str) else list(inputs)
