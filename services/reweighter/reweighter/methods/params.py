@@ -160,12 +160,23 @@ class PassAtKParams(BaseModel):
 
     model_config = _CONFIG
 
-    k: int = Field(..., ge=1, strict=True, description="k of pass@k: 1 <= k <= the group's size.")
+    k: int = Field(..., ge=1, description="k of pass@k: 1 <= k <= the group's size.")
     success_threshold: float = Field(
         1.0,
         allow_inf_nan=False,
         description="A completion succeeds when its reward is at least this.",
     )
+
+    @field_validator("k", mode="before")
+    @classmethod
+    def _whole_number(cls, v: Any) -> Any:
+        """An integer; an integral float too (gRPC's Struct carries every number as a double),
+        never a bool or a string."""
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise ValueError(f"must be an integer >= 1, got {v!r}")
+        if isinstance(v, float) and not (math.isfinite(v) and v == int(v)):
+            raise ValueError(f"must be an integer >= 1, got {v!r}")
+        return int(v)
 
 
 class NoAdvantageParams(BaseModel):
