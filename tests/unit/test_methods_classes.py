@@ -242,3 +242,31 @@ def test_catalogue_lists_the_new_methods_with_their_needs() -> None:
     assert CATALOG["darling"].needs == ("classes",)
     assert CATALOG["outcome_ucb"].needs == ("memory",)
     assert "class_threshold" in CATALOG["darling"].params_model.model_fields
+
+
+def _union_find(s: torch.Tensor, threshold: float) -> list[int]:
+    """Components by a plain union-find (Darling's own algorithm), the smallest index each."""
+    parent = list(range(s.shape[0]))
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            x = parent[x]
+        return x
+
+    for i in range(s.shape[0]):
+        for j in range(s.shape[0]):
+            if s[i, j] >= threshold:
+                a, b = find(i), find(j)
+                parent[max(a, b)] = min(a, b)
+    return [find(i) for i in range(s.shape[0])]
+
+
+@FAST
+@given(st.integers(1, 12), st.integers(0, 2**31 - 1), st.sampled_from([0.0, 0.3, 0.6, 0.9]))
+def test_similarity_classes_match_a_union_find(g: int, seed: int, threshold: float) -> None:
+    e = torch.randn(g, 4, generator=torch.Generator().manual_seed(seed))
+    e = torch.nn.functional.normalize(e, dim=-1)
+    s = e @ e.T
+    assert similarity_classes(s.unsqueeze(0), None, threshold)[0].tolist() == _union_find(
+        s, threshold
+    )
