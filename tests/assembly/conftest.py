@@ -1,11 +1,14 @@
 """Assembly tests: the real engine (the session `engine` of tests/conftest.py), real Redis,
-helpers to build groups."""
+helpers to build groups. `build` makes assemblers on the store of `store_kind`, which runs every
+contract test twice in one run: on the in-process store and on Redis (the shared 127.0.0.1:6379
+when it answers, with a key prefix of the test's own, else a private redis-server)."""
 
 from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -29,12 +32,45 @@ def prefix(shared_redis_url: str) -> Iterator[str]:
         client.delete(*keys)
 
 
+@pytest.fixture(params=["memory", "redis"])
+def store_kind(request: pytest.FixtureRequest) -> str:
+    """Which store a contract test runs on: each runs on both."""
+    return request.param
+
+
 @pytest.fixture
-async def assembler(engine: ReweightEngine) -> AsyncIterator[GroupAssembler]:
-    s = settings()
-    asm = GroupAssembler(engine, make_store(s), s)
-    yield asm
-    await asm.aclose()
+def store_settings(store_kind: str, request: pytest.FixtureRequest) -> dict[str, Any]:
+    """The settings that select the store (and this test's Redis key prefix)."""
+    if store_kind == "memory":
+        return {}
+    url = request.getfixturevalue("shared_redis_url")
+    return {"redis_url": url, "assembly_prefix": request.getfixturevalue("prefix")}
+
+
+Build = Callable[..., GroupAssembler]
+
+
+@pytest.fixture
+async def build(engine: ReweightEngine, store_settings: dict[str, Any]) -> AsyncIterator[Build]:
+    """`build(engine=..., claim_ttl_s=..., **settings)`: an assembler on this test's store; with
+    Redis, every assembler built shares it (replicas). All are closed after the test."""
+    made: list[GroupAssembler] = []
+
+    def make(eng: Any = None, claim_ttl_s: float | None = None, **overrides: Any) -> GroupAssembler:
+        s = settings(**{**store_settings, **overrides})
+        kw = {} if claim_ttl_s is None else {"claim_ttl_s": claim_ttl_s}
+        asm = GroupAssembler(eng or engine, make_store(s), s, **kw)
+        made.append(asm)
+        return asm
+
+    yield make
+    for asm in made:
+        await asm.aclose()
+
+
+@pytest.fixture
+async def assembler(build: Build) -> GroupAssembler:
+    return build()
 
 
 def embedded_group(

@@ -1,6 +1,8 @@
 """Assembly shared through a real Redis: replicas (two assemblers, two stores) assemble one
-group, compute it once, answer their own waiters; bounds hold; a Redis lost mid-assembly never
-hangs a member past its timeout."""
+group, compute it once (even when the compute outlives its claim), answer their own waiters;
+bounds hold; replicas with skewed clocks agree on deadlines (Redis's TIME is the one clock); a
+Redis lost mid-assembly never hangs a member past its timeout. The rules themselves run on both
+stores in test_contract.py."""
 
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ import dataclasses
 import json
 import random
 import re
+import time
+from typing import Any
 
 import pytest
 import redis
@@ -16,13 +20,87 @@ import redis
 from reweighter.assembly import GroupAssembler, MemberSubmission, make_store
 from reweighter.engine import ReweightEngine
 from reweighter.errors import Overloaded, StoreUnavailable
+from reweighter.types import ReweightRequest, ReweightResult
 
 from .conftest import embedded_group, ordered_request, settings
 
 
-def replicas(engine: ReweightEngine, url: str, prefix: str, n: int = 2, **kw: object):
+def replicas(
+    engine: Any, url: str, prefix: str, n: int = 2, claim_ttl_s: float = 60.0, **kw: object
+) -> list[GroupAssembler]:
     s = settings(redis_url=url, assembly_prefix=prefix, **kw)
-    return [GroupAssembler(engine, make_store(s), s) for _ in range(n)]
+    return [GroupAssembler(engine, make_store(s), s, claim_ttl_s=claim_ttl_s) for _ in range(n)]
+
+
+class SlowEngine:
+    """The real engine, each reweight taking `delay_s` longer (a slow encoder), counted."""
+
+    def __init__(self, engine: ReweightEngine, delay_s: float) -> None:
+        self.engine, self.delay_s, self.calls = engine, delay_s, 0
+
+    async def areweight(self, request: ReweightRequest) -> ReweightResult:
+        self.calls += 1
+        await asyncio.sleep(self.delay_s)
+        return await self.engine.areweight(request)
+
+
+async def test_a_compute_that_outlives_its_claim_is_not_recomputed_elsewhere(
+    engine: ReweightEngine, shared_redis_url: str, prefix: str
+) -> None:
+    """The claim lasts 0.3 s, the compute 1.5 s: the computing replica renews its claim, so the
+    other replica (whose watcher polls the whole round meanwhile) never takes it over."""
+    slow = SlowEngine(engine, 1.5)
+    reps = replicas(slow, shared_redis_url, prefix, claim_ttl_s=0.3)
+    try:
+        g = embedded_group("slow", 2, random.Random(21), advantages="grpo", timeout_s=10)
+        sent = (r.submit(m) for r, m in zip(reps, g, strict=True))
+        got = await asyncio.wait_for(asyncio.gather(*sent), 15)
+        want = (await engine.areweight(ordered_request(g))).groups[0]
+        order = sorted(m.member_id for m in g)
+        for r in got:
+            assert r.complete
+            assert r.reward == pytest.approx(want.rewards[order.index(r.member_id)], abs=1e-6)
+        assert slow.calls == 1
+        assert sum(r.stats.groups_computed for r in reps) == 1
+    finally:
+        for r in reps:
+            await r.aclose()
+
+
+async def test_replicas_with_skewed_clocks_agree_on_deadlines(
+    engine: ReweightEngine, shared_redis_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One replica's wall clock an hour slow, the other's an hour fast: an open round expires
+    when its deadline passes on Redis's clock, for both (no replica drops it an hour early or
+    keeps it an hour late)."""
+    from reweighter.assembly.records import GroupMeta, MemberRecord
+
+    slow_rep, fast_rep = replicas(engine, shared_redis_url, prefix)
+    real = time.time
+    meta = GroupMeta(group_size=2, method="dra", params={}, advantages="none",
+                     input="embedding", dim=2)  # fmt: skip
+    rec = MemberRecord(reward=1.0, digest="d", value=[1.0, 0.0])
+
+    def clock(offset_s: float) -> None:
+        monkeypatch.setattr(time, "time", lambda: real() + offset_s)
+
+    try:
+        clock(-3600.0)
+        await slow_rep.store.add("opened-slow", "a", meta, rec, 2, ttl_s=1.0)
+        clock(+3600.0)
+        await fast_rep.store.add("opened-fast", "a", meta, rec, 2, ttl_s=1.0)
+        assert await fast_rep.store.counts() == (2, 2)  # the slow one's is not expired here
+        clock(-3600.0)
+        assert await slow_rep.store.counts() == (2, 2)
+        await asyncio.sleep(1.3)  # both deadlines passed on Redis's clock
+        for rep, offset in ((slow_rep, -3600.0), (fast_rep, 3600.0)):
+            clock(offset)
+            assert await rep.store.counts() == (0, 0)  # the fast one's is not kept an hour
+            assert await rep.store.members("opened-fast") is None
+    finally:
+        monkeypatch.setattr(time, "time", real)
+        for r in (slow_rep, fast_rep):
+            await r.aclose()
 
 
 async def test_replicas_assemble_compute_once_and_answer_retries(

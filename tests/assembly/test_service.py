@@ -228,6 +228,48 @@ def _sync_send(client, m: MemberSubmission) -> MemberResult:
     )  # fmt: skip
 
 
+@pytest.mark.parametrize("store", ["memory", "redis"])
+def test_a_changed_member_after_its_round_is_a_409_on_both_transports(
+    engine: ReweightEngine, store: str, request: pytest.FixtureRequest
+) -> None:
+    """Issue 29 point 2, as a user meets it: a group completes; the same (group_id, member_id)
+    sent again with another reward is 409 / ALREADY_EXISTS naming `reward` over HTTP and gRPC,
+    on the in-process store and on Redis; the unchanged member still gets its stored answer."""
+    extra: dict[str, object] = {}
+    if store == "redis":
+        extra = {"redis_url": request.getfixturevalue("shared_redis_url"),
+                 "assembly_prefix": request.getfixturevalue("prefix")}  # fmt: skip
+    with (
+        BackgroundService(settings(**extra), engine) as svc,
+        ReweighterClient(svc.http_url, retry=NO_RETRY) as http,
+        GrpcReweighterClient(svc.grpc_target, retry=NO_RETRY) as rpc,
+    ):
+        g = [MemberSubmission("answered/1", m, 2, r, embedding=e, timeout_s=30)
+             for m, r, e in (("a", 1.0, [1.0, 0.0]), ("b", 0.0, [0.0, 1.0]))]  # fmt: skip
+        with ThreadPoolExecutor(2) as pool:
+            done = list(pool.map(_sync_send, (http, rpc), g))
+        assert all(r.complete for r in done)
+        changed = MemberSubmission(**{**g[0].__dict__, "reward": 0.5})
+        for client in (http, rpc):
+            with pytest.raises(Conflict) as e:
+                _sync_send(client, changed)
+            assert e.value.field == "reward"
+            assert (e.value.http_status, e.value.grpc_code) == (409, "ALREADY_EXISTS")
+            assert _sync_send(client, g[0]) == done[0]  # a retry still gets the answer
+        raw = httpx.post(
+            f"{svc.http_url}/v1/groups/answered%2F1/members",
+            json={"member_id": "a", "group_size": 2, "reward": 0.5, "embedding": [1.0, 0.0]},
+        )
+        assert raw.status_code == 409
+        assert (raw.json()["error"]["type"], raw.json()["error"]["field"]) == ("Conflict", "reward")
+        # said so in the request (reuse_ids): a member of the next round, on either transport
+        for rnd, client in enumerate((http, rpc), start=1):
+            reused = MemberSubmission(**{**changed.__dict__, "reuse_ids": True, "timeout_s": 0.3,
+                                         "reward": 0.5 + rnd})  # fmt: skip
+            late = client.submit_member(reused)
+            assert (late.complete, late.round, late.raw_reward) == (False, rnd, 0.5 + rnd)
+
+
 def test_bad_member_auth_and_bounds(engine: ReweightEngine) -> None:
     s = settings(api_key=KEY, assembly_max_open_groups=1)
     with BackgroundService(s, engine) as svc:
@@ -297,3 +339,29 @@ async def test_many_members_over_one_grpc_stream(replicas: list[BackgroundServic
 
 async def _collect(stream) -> list:
     return [a async for a in stream]
+
+
+def test_member_answers_reach_darling_across_replicas(replicas: list[BackgroundService]) -> None:
+    """Members carry `answer` on both transports; the assembled group is reweighted by darling
+    with those answers as its classes (the hand case of tests/unit/test_methods_classes.py)."""
+    gid = f"darling-{uuid.uuid4().hex}"
+    answers = ["4", "4", "5", None]
+    rewards = [1.0, 1.0, 0.5, 0.0]
+    vecs = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0], [1.0, 1.0, 0.0]]
+    members = [
+        MemberSubmission(gid, f"m{i}", 4, rewards[i], embedding=vecs[i], method="darling",
+                         answer=answers[i], timeout_s=60)
+        for i in range(4)
+    ]  # fmt: skip
+    with (
+        ReweighterClient(replicas[0].http_url, api_key=KEY, retry=NO_RETRY) as http,
+        GrpcReweighterClient(replicas[1].grpc_target, api_key=KEY, retry=NO_RETRY) as rpc,
+        ThreadPoolExecutor(4) as pool,
+    ):
+        futures = [
+            pool.submit((http if i % 2 else rpc).submit_member, m) for i, m in enumerate(members)
+        ]
+        results = [f.result(timeout=120) for f in futures]
+    assert all(r.complete for r in results)
+    assert [r.reward for r in results] == pytest.approx([2 / 3, 2 / 3, 0.5, 0.0])
+    assert all(r.stats.classes == 3 and r.stats.distinct_answers == 2 for r in results)

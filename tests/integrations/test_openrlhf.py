@@ -38,9 +38,9 @@ from openrlhf.utils.agent import SingleTurnAgentExecutor  # noqa: E402
 
 from reweighter.api.http.app import create_app  # noqa: E402
 from reweighter.api.http.openrlhf import build_openrlhf_router, is_token_path  # noqa: E402
+from reweighter.api.http.openrlhf_rounds import Rounds  # noqa: E402
 from reweighter.api.metrics import Metrics  # noqa: E402
 from reweighter.assembly import GroupAssembler, make_store  # noqa: E402
-from reweighter.assembly.rounds import Rounds  # noqa: E402
 from reweighter.config import OpenRLHFSettings  # noqa: E402
 from reweighter.logs import RedactFilter  # noqa: E402
 from reweighter.service import BackgroundService  # noqa: E402
@@ -419,6 +419,32 @@ async def test_wrong_n_never_mixes_rounds_and_is_reported(keyed, engine, tokeniz
     assert all(hint in w and "--rollout.n_samples_per_prompt" in w for w in warnings), warnings
 
 
+@pytest.mark.parametrize("seed", [60, 61])
+async def test_a_surplus_never_seeds_a_round(service, engine, tokenizer, seed) -> None:
+    """Issue 29 point 10: `?n=7` with 8 samples a prompt, then the same 8 prompts again with new
+    completions, each pass in a shuffled order (the seed): the sample beyond n of each prompt
+    is answered at once with its raw reward and flagged `surplus`, and every reweighted number
+    is computed over 7 samples of one pass only (what /v1/reweight gives on exactly them).
+    The service's default OpenRLHF timeout (150 s): every round fills, so none waits for it."""
+    url = f"{service.http_url}/v1/openrlhf/reward?n=7"
+    for step, suffix in enumerate([" first pass", " second pass"]):
+        rows = [(p, lab, r + suffix) for p, lab, r in
+                problems(k=8, n=8, seed=seed, tokenizer=tokenizer)]  # fmt: skip
+        random.Random(seed * 10 + step).shuffle(rows)
+        outs = await run_openrlhf(url, rows, tokenizer)
+        for prompt in {o["prompt"] for o in outs}:
+            mine = [o for o in outs if o["prompt"] == prompt]
+            whole = [o for o in mine if o["extra_logs"]["reweighted"] == [1.0]]
+            surplus = [o for o in mine if o["extra_logs"]["surplus"] == [1.0]]
+            assert (len(whole), len(surplus)) == (7, 1), (step, prompt)
+            assert surplus[0]["reward"] == surplus[0]["scores"]
+            assert surplus[0]["extra_logs"]["short_round"] == [1.0]
+            texts = [tokenizer.decode(o["observation_tokens"]) for o in whole]
+            assert all(t.endswith(suffix.strip()) for t in texts), (step, texts)
+            want = expected(engine, whole, tokenizer)  # the group of exactly these 7
+            assert [o["reward"][0] for o in whole] == pytest.approx(want, abs=1e-6)
+
+
 # -- the documented command, through OpenRLHF's own parser -------------------------------------
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "integrations.md"
@@ -477,21 +503,31 @@ def test_the_parser_harness_refuses_what_openrlhf_refuses(tmp_path) -> None:
 
 
 def test_round_rules() -> None:
-    """assembly/rounds.py on its own, with a clock the test moves: re-posts, repeated
-    completions, a prompt coming back, and which short rounds are surplus."""
+    """api/http/openrlhf_rounds.py on its own, with a clock the test moves: re-posts, repeated
+    completions, surplus samples, a prompt coming back, and which short rounds are surplus."""
     now = [0.0]
     rounds = Rounds("t", retry_window_s=60.0, burst_s=150.0, clock=lambda: now[0])
     a, a2, b = rounds.enter("p", "p a", 3), rounds.enter("p", "p a", 3), rounds.enter("p", "p b", 3)
     assert a.round == a2.round == b.round == 0
     assert a2.member_id == a.member_id + ".1"  # the same text while the first waits: a copy
     assert b.group_id == a.group_id
-    # a fourth sample: round 0 is full, so round 1, opened 0 s after round 0 filled
-    c = rounds.enter("p", "p c", 3)
-    assert c.round == 1 and c.group_id != a.group_id
+    # a fourth sample while round 0 is full and still being answered: surplus, seated nowhere
+    s = rounds.enter("p", "p s", 3)
+    assert s.surplus and s.round == 0 and not s.group_id
+    report = rounds.leave(s, answered=True, members=1, n=3)
+    assert report is not None and report.surplus and report.round == 0
+    assert "likely n_samples_per_prompt = 4" in report.message()
+    assert rounds.leave(rounds.enter("p", "p t", 3), answered=True, members=1, n=3) is None
     for seat in (a, a2, b):
         assert rounds.leave(seat, answered=True, members=3, n=3) is None
     now[0] = 10.0
-    assert rounds.enter("p", "p b", 3).round == 0  # a re-post of an answered member: its round
+    again = rounds.enter("p", "p b", 3)
+    assert again.round == 0 and not again.surplus  # a re-post of an answered member: its round
+    assert rounds.leave(again, answered=True, members=3, n=3) is None
+    # a sample after every member of the full round has its answer: the next round, opened
+    # right after a full round (a late surplus, or the prompt's next step)
+    c = rounds.enter("p", "p c", 3)
+    assert c.round == 1 and not c.surplus and c.group_id != a.group_id
     now[0] = 150.0
     short = rounds.leave(c, answered=True, members=1, n=3)  # c's round closed short
     assert short is not None and short.after_full_round and short.round == 1

@@ -130,7 +130,7 @@ RESULT = ReweightResult(
 MEMBERS = [
     MemberSubmission("g/1", "m0", 4, 0.5, completion="text", method="mmr",
                      params={"lambda": "adaptive"}, advantages="dr_grpo", timeout_s=2.5,
-                     answer="42"),
+                     reuse_ids=True, answer="42"),
     MemberSubmission("g", "m1", 2, 1, embedding=np.array([0.5, 0.25], dtype=np.float32)),
 ]  # fmt: skip
 ANSWERS = [

@@ -222,6 +222,14 @@ class MemberSubmission:
         "seconds to wait for the group; server default and cap if absent/over", None
     )
     """None: the server default (`assembly_timeout_s`); capped at `assembly_max_timeout_s`."""
+    reuse_ids: bool = wire(
+        "true: member ids are reused across rounds of this group id on purpose, so a known id "
+        "with another payload joins the next round instead of a 409",
+        False,
+    )
+    """False (the default): a member id already answered, sent with another payload, is a 409
+    naming the field (a non-deterministic reward, an id collision). The same payload is a
+    retry either way."""
     answer: str | None = wire(
         "the member's extracted final answer (null: none): darling's classes, "
         "stats.distinct_answers",

@@ -15,13 +15,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ..config import Settings
     from .assembler import AssemblyStats, GroupAssembler
-    from .store import AddOutcome, AssemblyStore, MemoryStore
+    from .machine import AddOutcome
+    from .store import AssemblyStore, MemoryStore
     from .types import MemberReason, MemberResult, MemberSubmission
 
 _WHERE = {
     "AssemblyStats": "assembler",
     "GroupAssembler": "assembler",
-    "AddOutcome": "store",
+    "AddOutcome": "machine",
     "AssemblyStore": "store",
     "MemoryStore": "store",
     "MemberReason": "types",

@@ -21,19 +21,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from typing import Any
 
 from ..errors import StoreUnavailable
 from ..limits import AssemblyLimits
 from ..redis_client import SOCKET_TIMEOUT_S, async_client
+from .machine import AddOutcome, Arrival, outcome
 from .records import GroupMeta, MemberRecord, OpenRound, RoundResult
-from .store import AddOutcome, Arrival, AssemblyStore, OnDone
+from .store import AssemblyStore, OnDone, stop_if_cancelled
 
 log = logging.getLogger(__name__)
 
 # KEYS: meta, m, on, rn, res prefix, open, sizes, held, claim, ans
+# Time is the Redis server's (`TIME`), the one clock of every replica sharing it: expiries in
+# the `open` set and key TTLs never mix replicas' wall clocks.
 _PRUNE = """
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
 local function prune(now)
   local expired = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now, 'LIMIT', 0, 1000)
   for _, g in ipairs(expired) do
@@ -45,23 +51,24 @@ local function prune(now)
 end
 """
 
-# ARGV: member, meta, record, size, now ms, ttl ms, max groups, max held, group id, after round
+# machine.RULES in their order; each branch answers {rule name, round, count, value}.
+# ARGV: member, meta, record, size, (unused), ttl ms, max groups, max held, group id, after round
 _ADD = _PRUNE + """
-local now = tonumber(ARGV[5])
+local now = now_ms()
 local ttl = tonumber(ARGV[6])
 prune(now)
 if tonumber(ARGV[10]) < 0 then
   local mine = redis.call('HGET', KEYS[10], ARGV[1])
   if mine then
     local res = redis.call('GET', KEYS[5] .. mine)
-    if res then return {'done', mine, '0', res} end
+    if res then return {'own_answer', mine, '0', res} end
   end
 end
 local rn = tonumber(redis.call('GET', KEYS[4]) or '-1')
-if rn > tonumber(ARGV[10]) then
-  local res = redis.call('GET', KEYS[5] .. rn)
-  if res then return {'done', tostring(rn), '0', res} end
-end
+local latest = nil
+if rn >= 0 then latest = redis.call('GET', KEYS[5] .. rn) end
+if latest and rn > tonumber(ARGV[10]) then return {'newer_answer', tostring(rn), '0', latest} end
+if not latest then rn = -1 end
 local meta = redis.call('GET', KEYS[1])
 local count = redis.call('HLEN', KEYS[2])
 local on = tonumber(redis.call('GET', KEYS[3]) or tostring(rn + 1))
@@ -72,18 +79,18 @@ local function extend()
   redis.call('ZADD', KEYS[6], 'GT', now + ttl, ARGV[9])
 end
 if meta then
-  if meta ~= ARGV[2] then return {'precondition', tostring(on), tostring(count), meta} end
+  if meta ~= ARGV[2] then return {'other_settings', tostring(on), tostring(count), meta} end
   local rec = redis.call('HGET', KEYS[2], ARGV[1])
   if rec then
     extend()
-    return {'exists', tostring(on), tostring(count), rec}
+    return {'present', tostring(on), tostring(count), rec}
   end
-  if count >= tonumber(ARGV[4]) then return {'full', tostring(on), tostring(count), ''} end
+  if count >= tonumber(ARGV[4]) then return {'whole', tostring(on), tostring(count), ''} end
 elseif redis.call('ZCARD', KEYS[6]) >= tonumber(ARGV[7]) then
-  return {'overloaded', '0', '0', 'groups'}
+  return {'groups_bound', '0', '0', 'groups'}
 end
 if tonumber(redis.call('GET', KEYS[8]) or '0') >= tonumber(ARGV[8]) then
-  return {'overloaded', '0', '0', 'members'}
+  return {'members_bound', '0', '0', 'members'}
 end
 if not meta then
   on = rn + 1
@@ -95,7 +102,7 @@ redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
 extend()
 redis.call('HINCRBY', KEYS[7], ARGV[9], 1)
 redis.call('INCR', KEYS[8])
-return {'added', tostring(on), tostring(count + 1), ''}
+return {'joins', tostring(on), tostring(count + 1), ''}
 """
 
 # ARGV: result, result ttl ms, group id, channel, round, member count, member ids...
@@ -120,12 +127,17 @@ return ARGV[1]
 """
 
 _COUNTS = _PRUNE + """
-prune(tonumber(ARGV[1]))
+prune(now_ms())
 return {redis.call('ZCARD', KEYS[6]), tonumber(redis.call('GET', KEYS[8]) or '0')}
 """
 
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+_RENEW = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return 0
 """
 
@@ -154,6 +166,7 @@ class RedisStore(AssemblyStore):
         self._finish = self._redis.register_script(_FINISH)
         self._counts = self._redis.register_script(_COUNTS)
         self._release = self._redis.register_script(_RELEASE)
+        self._renew = self._redis.register_script(_RENEW)
         self._listener: asyncio.Task[None] | None = None
 
     def _keys(self, gid: str) -> list[str]:
@@ -176,26 +189,17 @@ class RedisStore(AssemblyStore):
             a.meta.dump(),
             a.record.dump(),
             a.group_size,
-            int(time.time() * 1000),
+            0,  # the time is the server's (TIME in the script)
             max(1, int(a.ttl_s * 1000)),
             lim.max_open_groups,
             lim.max_held_members,
             a.group_id,
             a.after_round,
         ]
-        kind, rnd, count, value = await self._call(
+        name, rnd, count, value = await self._call(
             self._add_script(keys=self._keys(a.group_id), args=args)
         )
-        out = AddOutcome(kind, int(rnd), int(count))
-        if kind == "done":
-            return AddOutcome(kind, out.round, result=RoundResult.load(value))
-        if kind == "exists":
-            return AddOutcome(kind, out.round, out.count, record=MemberRecord.load(value))
-        if kind == "precondition":
-            return AddOutcome(kind, out.round, out.count, meta=GroupMeta.load(value))
-        if kind == "overloaded":
-            return AddOutcome(kind, bound=value)
-        return out
+        return outcome(name, int(rnd), int(count), value)[1]
 
     async def poll(self, group_id: str, round: int) -> tuple[RoundResult | None, int]:
         keys = self._keys(group_id)
@@ -228,6 +232,11 @@ class RedisStore(AssemblyStore):
         px = max(1, int(ttl_s * 1000))
         return bool(await self._call(self._redis.set(key, token, nx=True, px=px)))
 
+    async def renew(self, group_id: str, token: str, ttl_s: float) -> bool:
+        key = self._keys(group_id)[8]
+        px = max(1, int(ttl_s * 1000))
+        return bool(await self._call(self._renew(keys=[key], args=[token, px])))
+
     async def release(self, group_id: str, token: str) -> None:
         await self._call(self._release(keys=[self._keys(group_id)[8]], args=[token]))
 
@@ -247,7 +256,7 @@ class RedisStore(AssemblyStore):
     async def counts(self) -> tuple[int, int]:
         keys = self._keys("")
         groups, held = await self._call(
-            self._counts(keys=keys[:8], args=[int(time.time() * 1000)])
+            self._counts(keys=keys[:8])
         )
         return int(groups), int(held)
 
@@ -272,6 +281,7 @@ class RedisStore(AssemblyStore):
             except asyncio.CancelledError:
                 raise
             except Exception as e:
+                stop_if_cancelled(e)
                 log.warning("assembly pub/sub lost (%s); reconnecting in %.1fs", e, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
@@ -280,10 +290,13 @@ class RedisStore(AssemblyStore):
                     await pubsub.aclose()
 
     async def aclose(self) -> None:
-        if self._listener is not None:
-            self._listener.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._listener
-            self._listener = None
+        """Bounded: redis-py can hold a cancelled `get_message` until its connection closes,
+        so the connections are closed too before the listener is waited for."""
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.cancel()
+            await asyncio.wait({listener}, timeout=0.2)
         with contextlib.suppress(Exception):
-            await self._redis.aclose()
+            await asyncio.wait_for(self._redis.aclose(), 2.0)
+        if listener is not None:
+            await asyncio.wait({listener}, timeout=2.0)

@@ -4,54 +4,35 @@ Per group id the store holds at most one *open round* (its meta, what every memb
 on, and its member records) and the *results* of answered rounds (reweighted when the round was
 whole, raw when it closed short at a deadline). A member never joins an answered round: once a
 round has a result, the next arrival that is not a retry of it opens round + 1. Each operation is
-atomic, so the assembler's rules are the same whichever store is behind it, and every piece of
-state expires: an open round at the latest deadline of its members (plus `ttl_s`'s margin; the
-assembler closes it sooner, at the first deadline or when it is whole), results `result_ttl_s`
-after they were written. Records are the typed, versioned models of records.py.
+atomic and `add` takes the transitions of machine.py (the one description both stores follow),
+so the assembler's rules are the same whichever store is behind it. Every piece of state
+expires, on the store's one clock (this process's monotonic clock here; Redis's `TIME` for
+every replica sharing a Redis): an open round at the latest deadline of its members (plus
+`ttl_s`'s margin; the assembler closes it sooner, at the first deadline or when it is whole),
+results `result_ttl_s` after they were written. Records are the typed, versioned models of
+records.py.
 """
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
 
 from ..limits import AssemblyLimits
+from .machine import Added, AddOutcome, Arrival, Exists, View, decide
 from .records import GroupMeta, MemberRecord, OpenRound, RoundResult
 
-Outcome = Literal["added", "exists", "done", "precondition", "full", "overloaded"]
 
-
-@dataclass(frozen=True)
-class AddOutcome:
-    """What `add` found. `round`: the open round the member is in (added, exists), the round
-    it did not fit (precondition, full) or the answered round (done). `record`: the stored
-    member (exists); `result`: the answered round (done); `meta`: the open round's (precondition);
-    `bound`: "groups" or "members" (overloaded)."""
-
-    kind: Outcome
-    round: int = 0
-    count: int = 0
-    record: MemberRecord | None = None
-    result: RoundResult | None = None
-    meta: GroupMeta | None = None
-    bound: str = ""
-
-
-@dataclass(frozen=True)
-class Arrival:
-    """One call of `add`, as the stores read it."""
-
-    group_id: str
-    member_id: str
-    meta: GroupMeta
-    record: MemberRecord
-    group_size: int
-    ttl_s: float
-    after_round: int
+def stop_if_cancelled(error: Exception) -> None:
+    """Re-raise a cancel that a client library turned into its own error (redis-py reports a
+    cancelled read as a ConnectionError): a loop that retries on errors must still stop."""
+    me = asyncio.current_task()
+    if me is not None and me.cancelling():
+        raise asyncio.CancelledError from error
 
 
 OnDone = Callable[[str, int], None]
@@ -76,13 +57,12 @@ class AssemblyStore:
         ttl_s: float,
         after_round: int = -1,
     ) -> AddOutcome:
-        """Add a member to the group's open round (opening one if there is none) and keep the
-        round at least `ttl_s` longer, unless a round has been answered that the caller has not
-        seen (done, with its result: first the latest round holding this member id, else the
-        latest round later than `after_round`; the caller answers a retry from it, or calls
-        again with `after_round` = that round), the open round's meta differs (precondition),
-        the member is already in it (exists), it is whole (full) or a bound is hit
-        (overloaded)."""
+        """Add a member to the group's open round by the rules of machine.RULES, in their
+        order: a round answered that the caller has not seen (its own latest round, when
+        `after_round` < 0, else the group's latest after `after_round`; the caller answers a
+        retry from it, or calls again with `after_round` = that round), the open round's meta
+        differs, the member is in it (its expiry extended to `ttl_s` from now), it is whole, a
+        bound is hit, or the member joins (opening round latest + 1)."""
         args = (group_id, member_id, meta, record, group_size, ttl_s, after_round)
         return await self._add(Arrival(*args))
 
@@ -100,6 +80,10 @@ class AssemblyStore:
 
     async def claim(self, group_id: str, token: str, ttl_s: float) -> bool:
         """Take the right to compute or close the open round (once across replicas) for ttl_s."""
+        raise NotImplementedError
+
+    async def renew(self, group_id: str, token: str, ttl_s: float) -> bool:
+        """Keep our claim `ttl_s` longer while its compute runs; False when it is not ours."""
         raise NotImplementedError
 
     async def release(self, group_id: str, token: str) -> None:
@@ -176,33 +160,36 @@ class MemoryStore(AssemblyStore):
     async def _add(self, a: Arrival) -> AddOutcome:
         now = self._clock()
         self._prune(now)
-        group_id, ttl_s = a.group_id, a.ttl_s
-        mine = self._answered.get(group_id, {}).get(a.member_id) if a.after_round < 0 else None
-        if mine is not None and (group_id, mine) in self._results:
-            return AddOutcome("done", mine, result=self._results[(group_id, mine)][0])
-        latest = self._latest.get(group_id, -1)
-        if latest > a.after_round:
-            return AddOutcome("done", latest, result=self._results[(group_id, latest)][0])
-        group = self._open.get(group_id)
-        if group is not None:
-            n = len(group.members)
-            if group.meta != a.meta:
-                return AddOutcome("precondition", group.round, n, meta=group.meta)
-            if a.member_id in group.members:
-                self._extend(group_id, group, now + ttl_s)
-                return AddOutcome("exists", group.round, n, record=group.members[a.member_id])
-            if n >= a.group_size:
-                return AddOutcome("full", group.round, n)
-        elif len(self._open) >= self.limits.max_open_groups:
-            return AddOutcome("overloaded", bound="groups")
-        if self._held >= self.limits.max_held_members:
-            return AddOutcome("overloaded", bound="members")
-        if group is None:
-            group = self._open[group_id] = _Open(latest + 1, a.meta, now)
-        group.members[a.member_id] = a.record
-        self._held += 1
-        self._extend(group_id, group, now + ttl_s)
-        return AddOutcome("added", group.round, len(group.members))
+        gid = a.group_id
+        own = self._answered.get(gid, {}).get(a.member_id) if a.after_round < 0 else None
+        latest = self._latest.get(gid)
+        group = self._open.get(gid)
+        view = View(
+            own=self._result(gid, own),
+            latest=self._result(gid, latest),
+            open_round=None if group is None else group.round,
+            open_meta=None if group is None else group.meta,
+            open_count=0 if group is None else len(group.members),
+            open_record=None if group is None else group.members.get(a.member_id),
+            groups=len(self._open),
+            held=self._held,
+        )
+        _, out = decide(view, a, self.limits)
+        match out:
+            case Exists():
+                assert group is not None
+                self._extend(gid, group, now + a.ttl_s)
+            case Added(round=rnd):
+                if group is None:
+                    group = self._open[gid] = _Open(rnd, a.meta, now)
+                group.members[a.member_id] = a.record
+                self._held += 1
+                self._extend(gid, group, now + a.ttl_s)
+        return out
+
+    def _result(self, gid: str, rnd: int | None) -> RoundResult | None:
+        hit = None if rnd is None else self._results.get((gid, rnd))
+        return None if hit is None else hit[0]
 
     def _extend(self, gid: str, group: _Open, expires: float) -> None:
         if expires > group.expires:
@@ -229,6 +216,13 @@ class MemoryStore(AssemblyStore):
         if held is not None and held[1] > now:  # an expired claim is simply taken over
             return False
         self._claims[group_id] = (token, now + ttl_s)
+        return True
+
+    async def renew(self, group_id: str, token: str, ttl_s: float) -> bool:
+        held = self._claims.get(group_id)
+        if held is None or held[0] != token:
+            return False
+        self._claims[group_id] = (token, self._clock() + ttl_s)
         return True
 
     async def release(self, group_id: str, token: str) -> None:

@@ -6,9 +6,11 @@ base reward from a verifier (reweighter.verify: the math answer checker, or an u
 OpenRLHF-protocol reward URL), joins its prompt's group of `n` (`?n=`, else
 `--openrlhf-n`) through the assembler, and is answered with the reweighted reward once the
 group is whole. `scores` stay the verifier's raw rewards (what OpenRLHF's dynamic filtering
-and pass rates should see). OpenRLHF sends no step id, so reweighter.assembly.rounds numbers
-each prompt's rounds; a round answered short is reported in `extra_logs` (OpenRLHF logs every
-key as a metric), as a WARNING here, and in `reweighter_openrlhf_short_rounds_total`.
+and pass rates should see). OpenRLHF sends no step id, so openrlhf_rounds.py (beside this
+route) numbers each prompt's rounds; a sample beyond `n` while its prompt's full round is being
+answered is surplus: answered at once with its raw reward, opening no round. A round answered
+short and a surplus are reported in `extra_logs` (OpenRLHF logs every key as a metric), as a
+WARNING here, and in `reweighter_openrlhf_short_rounds_total`.
 
 Authentication: OpenRLHF's client sends no headers, so besides `/v1/openrlhf/reward` (the
 service's bearer key, like every /v1 route) the route is served at `/v1/openrlhf/<token>/reward`
@@ -31,8 +33,7 @@ from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 from pydantic import BaseModel, ConfigDict, Field
 
-from ...assembly import GroupAssembler, MemberResult, MemberSubmission
-from ...assembly.rounds import Rounds, Seat
+from ...assembly import GroupAssembler, MemberReason, MemberResult, MemberSubmission
 from ...config import OpenRLHFSettings
 from ...errors import InvalidInput, NotReady, Unauthenticated
 from ...types import DEFAULT_METHOD
@@ -41,6 +42,7 @@ from ...verify.math_answers import math_verifier
 from ...verify.upstream import UpstreamVerifier
 from ...wire.http import ErrorOut
 from ..metrics import Metrics
+from .openrlhf_rounds import Rounds, Seat
 from .router import ERROR_RESPONSES
 
 log = logging.getLogger(__name__)
@@ -78,7 +80,8 @@ class OpenRLHFRewardOut(BaseModel):
     extra_logs: dict[str, list[float]] = Field(
         ...,
         description="raw_reward; reweighted (1 when the group was whole); short_round (1 when "
-        "answered short: ?n= may not equal n_samples_per_prompt); mean_similarity",
+        "answered short: ?n= may not equal n_samples_per_prompt); surplus (1 for a sample "
+        "beyond n, answered raw at once; short_round is 1 too); mean_similarity",
     )
 
 
@@ -86,8 +89,9 @@ class OpenRLHFRewardOut(BaseModel):
 class OpenRLHFStats:
     """Plain counters, exported by `_StatsCollector` at scrape time."""
 
-    short_rounds: int = 0  # rounds answered with fewer than n members
-    surplus_rounds: int = 0  # ... of which right after a full round (more samples than n)
+    short_rounds: int = 0  # rounds answered with fewer than n members, or with a surplus
+    surplus_rounds: int = 0  # ... of which more samples than n (a surplus, or a round right
+    # after a full one)
 
 
 class _StatsCollector(Collector):
@@ -98,7 +102,7 @@ class _StatsCollector(Collector):
         family = CounterMetricFamily(
             "reweighter_openrlhf_short_rounds",
             "OpenRLHF prompt rounds answered with fewer than n members (not reweighted); "
-            "cause=surplus: they came right after a full round (?n= below n_samples_per_prompt)",
+            "cause=surplus: more than n samples came (?n= below n_samples_per_prompt)",
             labels=["cause"],
         )
         family.add_metric(["surplus"], float(self.stats.surplus_rounds))
@@ -140,14 +144,24 @@ def build_openrlhf_router(
     close = getattr(verifier, "aclose", None)
     router = APIRouter(tags=["openrlhf"], on_shutdown=[close] if close else None)
 
-    async def one(size: int, query: str, prompt: str, reward: float) -> MemberResult | None:
+    async def one(
+        size: int, query: str, prompt: str, reward: float
+    ) -> tuple[MemberResult | None, bool]:
+        """The sample's answer and whether it is surplus: None when it needs no group (n = 1),
+        a raw answer at once when it is surplus (seated in no round), else its round's."""
         if size == 1:
-            return None
+            return None, False
         if assembler is None:
             raise NotReady("group assembly is not running in this service")
         seat = rounds.enter(prompt, query, size)
         result: MemberResult | None = None
         try:
+            if seat.surplus:
+                result = MemberResult(
+                    seat.group_id, seat.member_id, reward, reward, None, complete=False,
+                    reason=MemberReason.SHORT, stats=None, members=1, round=seat.round,
+                )  # fmt: skip
+                return result, True
             result = await assembler.submit(
                 MemberSubmission(
                     seat.group_id, seat.member_id, size, reward,
@@ -155,7 +169,7 @@ def build_openrlhf_router(
                     timeout_s=settings.timeout_s,
                 )
             )  # fmt: skip
-            return result
+            return result, False
         finally:
             _leave(seat, result, size)
 
@@ -203,7 +217,11 @@ def _group_size(given: str | None, default: int | None) -> int:
     return int(given)
 
 
-def _answer(raw: list[float], results: list[MemberResult | None]) -> OpenRLHFRewardOut:
+def _answer(
+    raw: list[float], answers: list[tuple[MemberResult | None, bool]]
+) -> OpenRLHFRewardOut:
+    results = [res for res, _ in answers]
+
     def whole(res: MemberResult | None) -> bool:
         return res is None or res.complete
 
@@ -216,6 +234,7 @@ def _answer(raw: list[float], results: list[MemberResult | None]) -> OpenRLHFRew
             "raw_reward": raw,
             "reweighted": [float(res is not None and res.complete) for res in results],
             "short_round": [float(not whole(res)) for res in results],
+            "surplus": [float(surplus) for _, surplus in answers],
             "mean_similarity": [
                 res.stats.mean_similarity if res is not None and res.stats else 1.0
                 for res in results

@@ -155,7 +155,7 @@ class Vector(_message.Message):
     def __init__(self, values: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class SubmitMemberRequest(_message.Message):
-    __slots__ = ("group_id", "member_id", "group_size", "reward", "completion", "embedding", "method", "params", "advantages", "timeout_s", "answer")
+    __slots__ = ("group_id", "member_id", "group_size", "reward", "completion", "embedding", "method", "params", "advantages", "timeout_s", "reuse_ids", "answer")
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
     GROUP_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -166,6 +166,7 @@ class SubmitMemberRequest(_message.Message):
     PARAMS_FIELD_NUMBER: _ClassVar[int]
     ADVANTAGES_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    REUSE_IDS_FIELD_NUMBER: _ClassVar[int]
     ANSWER_FIELD_NUMBER: _ClassVar[int]
     group_id: str
     member_id: str
@@ -177,8 +178,9 @@ class SubmitMemberRequest(_message.Message):
     params: _struct_pb2.Struct
     advantages: str
     timeout_s: float
+    reuse_ids: bool
     answer: str
-    def __init__(self, group_id: _Optional[str] = ..., member_id: _Optional[str] = ..., group_size: _Optional[int] = ..., reward: _Optional[float] = ..., completion: _Optional[str] = ..., embedding: _Optional[_Union[Vector, _Mapping]] = ..., method: _Optional[str] = ..., params: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., advantages: _Optional[str] = ..., timeout_s: _Optional[float] = ..., answer: _Optional[str] = ...) -> None: ...
+    def __init__(self, group_id: _Optional[str] = ..., member_id: _Optional[str] = ..., group_size: _Optional[int] = ..., reward: _Optional[float] = ..., completion: _Optional[str] = ..., embedding: _Optional[_Union[Vector, _Mapping]] = ..., method: _Optional[str] = ..., params: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., advantages: _Optional[str] = ..., timeout_s: _Optional[float] = ..., reuse_ids: _Optional[bool] = ..., answer: _Optional[str] = ...) -> None: ...
 
 class MemberError(_message.Message):
     __slots__ = ("type", "code", "message", "field")

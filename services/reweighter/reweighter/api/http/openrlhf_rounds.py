@@ -1,13 +1,18 @@
-"""Rounds: group ids for callers that send no step id (OpenRLHF), where a prompt comes back.
+"""Rounds of the OpenRLHF route: group ids for a caller that sends no step id, where a prompt
+comes back. Beside its route (api/http/openrlhf.py), its only user: assembly knows groups, not
+prompts.
 
 OpenRLHF posts one sample at a time with its prompt and label, nothing else; the same prompt
 returns in later steps. A prompt's samples are therefore numbered into rounds here, and round
 r of a prompt is the assembly group `<prefix>:<prompt hash>:<r>`:
 
 - a new sample joins the prompt's open round, unless that round already holds `n` samples or
-  any of its members has been answered (complete or timed out): then it opens the next round.
-  So a late or surplus sample never joins a group that was already answered, and no number is
-  computed over samples of two rounds;
+  any of its members has been answered (complete or timed out): then it opens the next round;
+- a sample beyond `n` while the prompt's full round is still being answered (one of its
+  members still waits) is *surplus* (`Seat.surplus`): more samples than `n` were sent. It
+  opens no round: the route answers it at once with its raw reward, flagged. Were it to open
+  the next round, the prompt's next samples would complete that round around it, and the
+  numbers would be computed over samples of two steps;
 - the member id is the query's hash, so a re-post of a sample (OpenRLHF retries failed
   requests) is the same member of the same round while its round is open, and within
   `retry_window_s` of its answer. An identical query while the first is still waiting is a
@@ -37,20 +42,34 @@ class Seat:
     member_id: str
     query_hash: str
     round: int
+    surplus: bool = False
+    """Beyond `n` while the prompt's full round `round` is being answered: seated nowhere."""
 
 
 @dataclass(frozen=True)
 class ShortRound:
-    """A round answered with fewer members than `n`: what the caller should be told."""
+    """A round answered with fewer members than `n`, or with surplus samples beyond `n`: what
+    the caller should be told."""
 
     round: int
     members: int
+    """Members of the short round; for a surplus, how many surplus samples so far."""
     n: int
     after_full_round: bool
-    """The round opened within `burst_s` of the prompt's previous round filling with n members:
-    more samples than n were sent (n too small), rather than fewer (n too large, or lost)."""
+    """The round opened within `burst_s` of the prompt's previous round filling with n members,
+    or it is a surplus: more samples than n were sent (n too small), rather than fewer (n too
+    large, or lost)."""
+    surplus: bool = False
+    """Samples beyond n arrived while the full round was answered (answered raw, no round)."""
 
     def message(self) -> str:
+        if self.surplus:
+            return (
+                f"round {self.round} of a prompt got {self.members} sample(s) beyond n={self.n} "
+                f"while it was answered: answered with the raw reward, not reweighted (likely "
+                f"n_samples_per_prompt = {self.n + self.members}); ?n= in the reward URL must "
+                f"equal --rollout.n_samples_per_prompt"
+            )
         cause = (
             f"more than n={self.n} samples of this prompt arrived together "
             f"(likely n_samples_per_prompt = {self.n + self.members})"
@@ -76,6 +95,8 @@ class _Prompt:
     full_at: float | None = None  # when the open round reached n members
     previous_full_at: float | None = None  # when the previous round reached n members
     in_flight: dict[str, int] = field(default_factory=dict)  # query hash -> waiting calls
+    open_calls: int = 0  # calls seated in the open round still waiting for their answer
+    surplus: int = 0  # surplus samples of the open round
 
 
 class Rounds:
@@ -117,6 +138,9 @@ class Rounds:
             seat_round = state.round
         elif before is not None and now - before[1] <= self.retry_window_s:
             seat_round = before[0]  # a re-post of an answered member: the store has its answer
+        elif len(state.members) >= n and state.open_calls > 0:
+            state.surplus += 1  # its round is full and still being answered: seated nowhere
+            return Seat(key, "", member, qhash, state.round, surplus=True)
         else:
             if state.answered or len(state.members) >= n:
                 self._close(state, n, now)
@@ -125,6 +149,7 @@ class Rounds:
             if not state.members:
                 state.opened_at = now
             state.members[member] = now
+            state.open_calls += 1
             if state.full_at is None and len(state.members) >= n:
                 state.full_at = now
         state.in_flight[qhash] = copies + 1
@@ -140,19 +165,29 @@ class Rounds:
         state.members = {}
         state.answered = False
         state.full_at = None
+        state.open_calls = 0
+        state.surplus = 0
 
     def leave(self, seat: Seat, *, answered: bool, members: int, n: int) -> ShortRound | None:
         """The sample's call ended. `answered`: it got an answer computed over `members`
         members (an error is not an answer). Returns the round's size mismatch the first time
-        one of its members is answered short; None otherwise."""
+        one of its members is answered short, or the first time it has a surplus sample;
+        None otherwise."""
         state = self._prompts.get(seat.key)
         if state is None:
             return None
+        if seat.surplus:
+            if seat.round != state.round or state.reported >= seat.round:
+                return None
+            state.reported = seat.round
+            return ShortRound(seat.round, state.surplus, n, after_full_round=True, surplus=True)
         left = state.in_flight.get(seat.query_hash, 0) - 1
         if left > 0:
             state.in_flight[seat.query_hash] = left
         else:
             state.in_flight.pop(seat.query_hash, None)
+        if seat.round == state.round:
+            state.open_calls = max(0, state.open_calls - 1)
         if not answered:
             return None
         if seat.round == state.round:

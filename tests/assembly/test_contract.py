@@ -1,5 +1,7 @@
-"""GroupAssembler on the in-process store, against the real engine: order, idempotency,
-conflicts, timeouts, bounds, validation."""
+"""The assembly contract, run on both stores in one run (`store_kind`: memory and Redis): every
+rule of machine.RULES, results, claims and expiry at the store; order, idempotency, conflicts
+(before and after the round was answered), rounds, deadlines, bounds and validation through the
+assembler, against the real engine."""
 
 from __future__ import annotations
 
@@ -10,7 +12,19 @@ import random
 import pytest
 import torch
 
-from reweighter.assembly import GroupAssembler, MemberSubmission, MemoryStore, make_store
+from reweighter.assembly import GroupAssembler, MemberSubmission, make_store
+from reweighter.assembly.machine import (
+    RULES,
+    Added,
+    AddOutcome,
+    Answered,
+    Bounded,
+    Exists,
+    Full,
+    Mismatch,
+)
+from reweighter.assembly.records import GroupMeta, MemberRecord, RoundResult
+from reweighter.assembly.store import AssemblyStore
 from reweighter.engine import ReweightEngine
 from reweighter.errors import (
     Conflict,
@@ -22,7 +36,131 @@ from reweighter.errors import (
 )
 from reweighter.methods import advantages
 
-from .conftest import embedded_group, ordered_request, settings
+from .conftest import Build, embedded_group, ordered_request, settings
+
+# -- the store: every rule of the state machine, both stores -----------------------------------
+
+META = GroupMeta(group_size=2, method="dra", params={}, advantages="none", input="embedding",
+                 dim=2)  # fmt: skip
+REC = MemberRecord(reward=1.0, digest="d", value=[1.0, 0.0])
+
+
+def _result(rnd: int, meta: GroupMeta, ids: list[str]) -> RoundResult:
+    n = len(ids)
+    return RoundResult(
+        round=rnd, meta=meta, complete=True, ids=ids, raw=[1.0] * n, digests=["d"] * n,
+        rewards=[1.0] * n, advantages=None, mean_similarity=1.0, lambda_=None,
+    )  # fmt: skip
+
+
+async def _answered_rounds(store: AssemblyStore) -> tuple[RoundResult, RoundResult]:
+    """Group g: round 0 answered with member a, round 1 with member b."""
+    assert await store.add("g", "a", META, REC, 1, 5.0) == Added(0, 1)
+    r0 = _result(0, META, ["a"])
+    assert await store.finish("g", r0) == r0
+    assert await store.add("g", "b", META, REC, 1, 5.0, after_round=0) == Added(1, 1)
+    r1 = _result(1, META, ["b"])
+    assert await store.finish("g", r1) == r1
+    return r0, r1
+
+
+async def _own_answer(store: AssemblyStore) -> tuple[AddOutcome, AddOutcome]:
+    r0, _ = await _answered_rounds(store)  # a's own round (0), not the latest (1)
+    return await store.add("g", "a", META, REC, 1, 5.0), Answered(0, r0)
+
+
+async def _newer_answer(store: AssemblyStore) -> tuple[AddOutcome, AddOutcome]:
+    _, r1 = await _answered_rounds(store)  # a round after the one the caller has seen
+    return await store.add("g", "a", META, REC, 1, 5.0, after_round=0), Answered(1, r1)
+
+
+async def _other_settings(store: AssemblyStore) -> tuple[AddOutcome, AddOutcome]:
+    await store.add("g", "a", META, REC, 2, 5.0)
+    other = META.model_copy(update={"method": "mmr"})
+    return await store.add("g", "b", other, REC, 2, 5.0), Mismatch(0, 1, META)
+
+
+async def _present(store: AssemblyStore) -> tuple[AddOutcome, AddOutcome]:
+    await store.add("g", "a", META, REC, 2, 5.0)
+    return await store.add("g", "a", META, REC, 2, 5.0), Exists(0, 1, REC)
+
+
+async def _whole(store: AssemblyStore) -> tuple[AddOutcome, AddOutcome]:
+    await store.add("g", "a", META, REC, 2, 5.0)
+    await store.add("g", "b", META, REC, 2, 5.0)
+    return await store.add("g", "c", META, REC, 2, 5.0), Full(0, 2)
+
+
+async def _groups_bound(store: AssemblyStore) -> tuple[AddOutcome, AddOutcome]:
+    for g in ("g1", "g2"):  # max_open_groups = 2
+        await store.add(g, "a", META, REC, 2, 5.0)
+    return await store.add("g3", "a", META, REC, 2, 5.0), Bounded("groups")
+
+
+async def _members_bound(store: AssemblyStore) -> tuple[AddOutcome, AddOutcome]:
+    meta3 = META.model_copy(update={"group_size": 3})
+    for g, m in (("g1", "a"), ("g1", "b"), ("g2", "a")):  # max_held_members = 3
+        await store.add(g, m, meta3, REC, 3, 5.0)
+    return await store.add("g2", "b", meta3, REC, 3, 5.0), Bounded("members")
+
+
+async def _joins(store: AssemblyStore) -> tuple[AddOutcome, AddOutcome]:
+    await _answered_rounds(store)  # a new member after round 1: it opens round 2
+    return await store.add("g", "c", META, REC, 2, 5.0, after_round=1), Added(2, 1)
+
+
+SCENARIOS = {
+    "own_answer": _own_answer,
+    "newer_answer": _newer_answer,
+    "other_settings": _other_settings,
+    "present": _present,
+    "whole": _whole,
+    "groups_bound": _groups_bound,
+    "members_bound": _members_bound,
+    "joins": _joins,
+}
+
+
+def test_every_rule_has_a_scenario_and_a_lua_branch() -> None:
+    """A rule added to machine.RULES without its scenario here, or without its branch in the
+    Redis script, fails: the two stores cannot drift apart silently."""
+    from reweighter.assembly.redis_store import _ADD
+
+    assert [r.name for r in RULES] == list(SCENARIOS)
+    positions = [_ADD.index(f"'{r.name}'") for r in RULES]
+    assert positions == sorted(positions), "the script must try the rules in RULES' order"
+
+
+@pytest.mark.parametrize("rule", [r.name for r in RULES])
+async def test_each_rule_of_the_state_machine(build: Build, rule: str) -> None:
+    store = build(assembly_max_open_groups=2, assembly_max_held_members=3).store
+    got, want = await SCENARIOS[rule](store)
+    assert got == want
+    assert type(got) is next(r.outcome for r in RULES if r.name == rule)
+
+
+async def test_finish_stores_one_result_and_claims_are_exclusive(build: Build) -> None:
+    store = build().store
+    await store.add("g", "a", META, REC, 2, 5.0)
+    assert await store.finish("g", _result(0, META, ["a", "b"])) is None  # not as read
+    assert await store.claim("g", "t1", 5.0)
+    assert not await store.claim("g", "t2", 5.0)
+    assert not await store.renew("g", "t2", 5.0) and await store.renew("g", "t1", 5.0)
+    await store.release("g", "t2")  # not its claim: a no-op
+    assert not await store.claim("g", "t2", 5.0)
+    await store.release("g", "t1")
+    assert await store.claim("g", "t2", 0.2)
+    await asyncio.sleep(0.4)
+    assert await store.claim("g", "t3", 5.0)  # an expired claim is taken over
+    first = _result(0, META, ["a"])
+    assert await store.finish("g", first) == first
+    assert await store.finish("g", _result(0, META.model_copy(update={"method": "mmr"}),
+                                           ["a"])) == first  # a result already there wins
+    assert await store.claim("g", "t4", 5.0)  # finish dropped the claim with the round
+    assert await store.poll("g", 0) == (first, 0)
+
+
+# -- the assembler on either store ---------------------------------------------------------------
 
 
 async def test_shuffled_members_equal_reweight_on_the_ordered_group(
@@ -124,7 +262,8 @@ async def test_a_member_after_its_round_was_answered_opens_the_next_round(
     assembler: GroupAssembler, caplog: pytest.LogCaptureFixture
 ) -> None:
     """An extra member (a group_size smaller than the members sent) never joins the answered
-    round: it opens round 1, is logged at WARNING and counted; the round-0 answers stand."""
+    round: it opens round 1, is logged at WARNING and counted; the round-0 answers stand. A
+    member id reused on purpose (`reuse_ids`) with another payload is in the next round too."""
     g = embedded_group("extra", 3, random.Random(13), timeout_s=0.5)
     done = await asyncio.gather(*(assembler.submit(m) for m in g))
     assert all(r.complete and r.round == 0 and r.members == 3 for r in done)
@@ -132,7 +271,7 @@ async def test_a_member_after_its_round_was_answered_opens_the_next_round(
     for rnd, extra in enumerate(
         (
             dataclasses.replace(g[2], member_id="zzz"),  # a fourth member
-            dataclasses.replace(g[2], reward=g[2].reward + 0.5),  # an id reused, new payload
+            dataclasses.replace(g[2], reward=g[2].reward + 0.5, reuse_ids=True),  # said so
         ),
         start=1,
     ):
@@ -144,6 +283,34 @@ async def test_a_member_after_its_round_was_answered_opens_the_next_round(
         caplog.clear()
     assert assembler.stats.size_mismatch["late"] == 2
     assert assembler.stats.groups_computed == 1
+    # reuse_ids with the same payload is still a retry of the round it was last answered in
+    assert await assembler.submit(dataclasses.replace(g[0], reuse_ids=True)) == done[0]
+
+
+async def test_a_known_member_with_another_payload_after_its_round_is_a_conflict(
+    assembler: GroupAssembler,
+) -> None:
+    """Issue 29 point 2: after the round was answered, the same (group_id, member_id) with
+    another reward or input is a 409 naming the field, exactly as while it was open (a
+    non-deterministic reward function, an id collision); other settings are the 409 of a
+    member that does not fit; nothing is opened, and a retry still gets the stored answer."""
+    g = embedded_group("after", 2, random.Random(15), advantages="grpo")
+    done = await asyncio.gather(*(assembler.submit(m) for m in g))
+    assert all(r.complete for r in done)
+    conflicts = assembler.stats.conflicts
+    for change, field, error in [
+        ({"reward": g[0].reward + 1}, "reward", Conflict),
+        ({"embedding": [1.0] * 8}, "embedding", Conflict),
+        ({"method": "mmr"}, "method", PreconditionFailed),
+        ({"group_size": 3}, "group_size", PreconditionFailed),
+    ]:
+        with pytest.raises(error) as e:
+            await assembler.submit(dataclasses.replace(g[0], **change))
+        assert e.value.field == field and e.value.http_status == 409
+    assert assembler.stats.conflicts == conflicts + 4
+    assert await assembler.store.counts() == (0, 0)  # no round was opened
+    assert assembler.stats.size_mismatch["late"] == 0
+    assert await assembler.submit(g[1]) == done[1]
 
 
 async def test_a_short_round_closes_at_the_first_deadline_for_all_its_members(
@@ -200,75 +367,60 @@ async def test_a_whole_group_still_computing_at_the_deadline_says_so(
     assert again.complete and again.reward == pytest.approx(full.rewards[i], abs=1e-6)
 
 
-async def test_timeout_is_capped_and_defaulted(engine: ReweightEngine) -> None:
-    s = settings(assembly_timeout_s=0.2, assembly_max_timeout_s=0.3)
-    asm = GroupAssembler(engine, make_store(s), s)
-    try:
-        loop = asyncio.get_running_loop()
-        for timeout in (None, 100.0):
-            start = loop.time()
-            sub = MemberSubmission(f"cap{timeout}", "a", 2, 1.0, embedding=[1.0], timeout_s=timeout)
-            assert (await asyncio.wait_for(asyncio.shield(asm.submit(sub)), 5)).reason == "short"
-            took = loop.time() - start
-            assert (0.2 if timeout is None else 0.3) <= took < 0.3 + 1.0  # capped: 100 s asked
-    finally:
-        await asm.aclose()
+async def test_timeout_is_capped_and_defaulted(build: Build) -> None:
+    asm = build(assembly_timeout_s=0.2, assembly_max_timeout_s=0.3)
+    loop = asyncio.get_running_loop()
+    for timeout in (None, 100.0):
+        start = loop.time()
+        sub = MemberSubmission(f"cap{timeout}", "a", 2, 1.0, embedding=[1.0], timeout_s=timeout)
+        assert (await asyncio.wait_for(asyncio.shield(asm.submit(sub)), 5)).reason == "short"
+        took = loop.time() - start
+        assert (0.2 if timeout is None else 0.3) <= took < 0.3 + 1.0  # capped: 100 s asked
 
 
-async def test_bounds_answer_overloaded(engine: ReweightEngine) -> None:
-    s = settings(assembly_max_open_groups=2, assembly_max_held_members=3)
-    asm = GroupAssembler(engine, make_store(s), s)
-    try:
-        sub = MemberSubmission("a", "1", 5, 1.0, embedding=[1.0, 0.0], timeout_s=5)
-        held = [
-            asyncio.create_task(asm.submit(dataclasses.replace(sub, group_id=g, member_id=m)))
-            for g, m in (("a", "1"), ("b", "1"))
-        ]
-        await asyncio.sleep(0.05)
-        with pytest.raises(Overloaded, match="groups"):
-            await asm.submit(dataclasses.replace(sub, group_id="c"))
-        held.append(asyncio.create_task(asm.submit(dataclasses.replace(sub, member_id="2"))))
-        await asyncio.sleep(0.05)
-        with pytest.raises(Overloaded, match="members") as e:
-            await asm.submit(dataclasses.replace(sub, group_id="b", member_id="2"))
-        assert e.value.http_status == 429 and e.value.grpc_code == "RESOURCE_EXHAUSTED"
-        assert await asm.store.counts() == (2, 3)
-        assert asm.waiting == 3 and asm.open_groups == 2
-        for t in held:
-            t.cancel()
-        await asyncio.gather(*held, return_exceptions=True)
-        assert asm.waiting == 0 and asm.open_groups == 0
-    finally:
-        await asm.aclose()
+async def test_bounds_answer_overloaded(build: Build) -> None:
+    asm = build(assembly_max_open_groups=2, assembly_max_held_members=3)
+    sub = MemberSubmission("a", "1", 5, 1.0, embedding=[1.0, 0.0], timeout_s=5)
+    held = [
+        asyncio.create_task(asm.submit(dataclasses.replace(sub, group_id=g, member_id=m)))
+        for g, m in (("a", "1"), ("b", "1"))
+    ]
+    await asyncio.sleep(0.05)
+    with pytest.raises(Overloaded, match="groups"):
+        await asm.submit(dataclasses.replace(sub, group_id="c"))
+    held.append(asyncio.create_task(asm.submit(dataclasses.replace(sub, member_id="2"))))
+    await asyncio.sleep(0.05)
+    with pytest.raises(Overloaded, match="members") as e:
+        await asm.submit(dataclasses.replace(sub, group_id="b", member_id="2"))
+    assert e.value.http_status == 429 and e.value.grpc_code == "RESOURCE_EXHAUSTED"
+    assert await asm.store.counts() == (2, 3)
+    assert asm.waiting == 3 and asm.open_groups == 2
+    for t in held:
+        t.cancel()
+    await asyncio.gather(*held, return_exceptions=True)
+    assert asm.waiting == 0 and asm.open_groups == 0
 
 
-async def test_memory_store_expires_open_rounds_and_results() -> None:
+async def test_the_store_expires_open_rounds_and_results(build: Build) -> None:
     """Nothing grows without bound: an open round lives until its latest member's deadline
     (each arrival can only extend it), results for the result TTL, on the store's clock."""
-    from reweighter.assembly.records import GroupMeta, MemberRecord, RoundResult
-    from reweighter.limits import AssemblyLimits
-
-    now = [0.0]
-    store = MemoryStore(AssemblyLimits(10, 10, result_ttl_s=2.0), clock=lambda: now[0])
+    store = build(assembly_result_ttl_s=1.0).store
     meta = GroupMeta(group_size=2, method="dra", params={}, advantages="none", input="completion",
                      dim=None)  # fmt: skip
-    rec = MemberRecord(reward=1.0, digest="d", value="text")
-    assert (await store.add("g", "a", meta, rec, 2, ttl_s=5.0)).kind == "added"
-    assert (await store.add("h", "a", meta, rec, 1, ttl_s=5.0)).kind == "added"
-    result = RoundResult(
-        round=0, meta=meta, complete=True, ids=["a"], raw=[1.0], digests=["d"], rewards=[1.0],
-        advantages=None, mean_similarity=1.0, lambda_=None,
-    )  # fmt: skip
+    assert await store.add("g", "a", meta, REC, 2, ttl_s=2.0) == Added(0, 1)
+    assert await store.add("h", "a", meta, REC, 1, ttl_s=2.0) == Added(0, 1)
+    result = _result(0, meta, ["a"])
     assert await store.finish("h", result) == result
-    assert (await store.add("h", "a", meta, rec, 1, ttl_s=5.0)).kind == "done"
+    assert await store.add("h", "a", meta, REC, 1, ttl_s=2.0) == Answered(0, result)
     assert await store.counts() == (1, 1)
-    now[0] = 3.0  # the result is gone, the open round is not
+    await asyncio.sleep(1.2)  # the result is gone, the open round is not
     assert await store.poll("h", 0) == (None, 0)
-    assert (await store.add("g", "a", meta, rec, 2, ttl_s=1.0)).kind == "exists"  # stays at 5.0
-    assert (await store.add("g", "b", meta, rec, 2, ttl_s=5.0)).count == 2  # extends to 8.0
-    now[0] = 7.0
+    assert await store.add("h", "b", meta, REC, 2, ttl_s=0.3) == Added(0, 1)  # afresh: round 0
+    assert isinstance(await store.add("g", "a", meta, REC, 2, ttl_s=0.1), Exists)  # stays
+    assert (await store.add("g", "b", meta, REC, 2, ttl_s=2.0)).count == 2  # extends: 3.2 s
+    await asyncio.sleep(1.0)  # 2.2 s: g's first deadline passed, it is extended; h expired
     assert await store.counts() == (1, 2)
-    now[0] = 8.5
+    await asyncio.sleep(1.3)
     assert await store.counts() == (0, 0)
     assert await store.members("g") is None
 
@@ -308,10 +460,12 @@ async def test_bad_members_are_refused_naming_the_field(
     assert await assembler.store.counts() == (0, 0)  # nothing half-done
 
 
-async def test_ten_thousand_members_wait_without_threads(
-    engine: ReweightEngine, assembler: GroupAssembler
-) -> None:
-    """A verl step has batch x n members in flight: they must cost futures, not threads."""
+async def test_ten_thousand_members_wait_without_threads(engine: ReweightEngine) -> None:
+    """A verl step has batch x n members in flight: they must cost futures, not threads. A
+    property of the assembler's waiting, not of a store: run on the in-process one (the Redis
+    store's scripted adds would only make it slower on a loaded machine)."""
+    s = settings()
+    assembler = GroupAssembler(engine, make_store(s), s)
     import threading
 
     groups, size = 1000, 11  # 10 of 11 members arrive first: 10,000 waiting
@@ -334,11 +488,11 @@ async def test_ten_thousand_members_wait_without_threads(
     )
     assert len(results) == groups * size and all(r.complete for r in results)
     assert assembler.stats.groups_computed == groups and assembler.waiting == 0
+    await assembler.aclose()
 
 
-async def test_closing_answers_waiters_with_a_retryable_error(engine: ReweightEngine) -> None:
-    s = settings()
-    asm = GroupAssembler(engine, make_store(s), s)
+async def test_closing_answers_waiters_with_a_retryable_error(build: Build) -> None:
+    asm = build()
     sub = MemberSubmission("stop", "a", 2, 1.0, embedding=[1.0, 0.0], timeout_s=30)
     waiting = asyncio.create_task(asm.submit(sub))
     await asyncio.sleep(0.05)

@@ -1,0 +1,365 @@
+"""One round of one group, as one replica sees it: its waiters, its watch, its deadline, its answer.
+
+Why one object: a round's life has one owner on each replica. `Round` holds the members waiting
+here (one future for all), watches the store until the round has a result (computing it, under
+a claim renewed while the compute runs, when it is whole and nobody else is), and at a member's
+deadline answers it: the round closed short (stored, the same answer for every member present),
+or this member alone raw (COMPUTING, STORE_UNAVAILABLE). It needs only `Context` (the store, the
+engine, the counters, claim tokens), never the assembler. Every number comes from the engine:
+the reweighted ones from `areweight`, the advantages of raw rewards from the same estimator the
+engine applies (`methods.advantages`), so nothing is embedded for a round that closed short.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import uuid
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import torch
+
+from ..errors import Conflict, InvalidInput, LimitExceeded, PreconditionFailed, StoreUnavailable
+from ..methods import advantages as advantage_estimator
+from ..types import AdvantageKind, Group, ReweightRequest
+from .records import GroupMeta, Member, OpenRound, RoundResult
+from .store import AssemblyStore, stop_if_cancelled
+from .types import MemberReason, MemberResult
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+CLAIM_TTL_S = 60.0
+"""A claim to compute or close a round lasts this long and is renewed every third of it while
+its compute runs: a replica that dies mid-compute blocks its group at most this long."""
+GRACE_S = 1.0
+"""After a member's deadline: the store reads and the close of a short round."""
+_POLL_MAX_S = 1.0  # polling backoff cap (Redis store, or after a failed compute or claim)
+
+
+@dataclass
+class AssemblyStats:
+    """Plain counters and the store's fill; the transports export them to /metrics."""
+
+    members: int = 0  # submissions accepted (retries included)
+    timeouts: int = 0  # answers with complete=False (any reason)
+    groups_computed: int = 0  # groups this replica reweighted
+    conflicts: int = 0  # Conflict and PreconditionFailed answers
+    size_mismatch: dict[str, int] = field(
+        default_factory=lambda: {"declared": 0, "full": 0, "late": 0}
+    )
+    """declared: a group_size other than the group's (409); full: a new member for a whole
+    group (409); late: a member after its round was answered, opening the next (WARNING)."""
+    store_groups: int = 0  # open groups in the whole store (all replicas with Redis)
+    store_members: int = 0  # members held in them
+
+
+@dataclass
+class Context:
+    """What every round of a replica shares."""
+
+    store: AssemblyStore
+    engine: Any  # anything with `areweight` (the engine, or the service's drain)
+    stats: AssemblyStats
+    claim_ttl_s: float = CLAIM_TTL_S
+    replica: str = field(default_factory=lambda: uuid.uuid4().hex)
+    _serial: Any = field(default_factory=itertools.count)
+    tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+    """Computes that outlive their waiters (shielded), cancelled on close."""
+
+    def token(self) -> str:
+        """A claim token: this replica's id and a serial."""
+        return f"{self.replica}:{next(self._serial)}"
+
+    def spawn(self, coro: Awaitable[T], name: str) -> asyncio.Task[T]:
+        task = asyncio.ensure_future(coro)
+        task.set_name(name)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return task
+
+
+async def bounded(store: AssemblyStore, awaitable: Awaitable[T], deadline: float) -> T:
+    """A store call that cannot outlive the member's deadline (one in memory never waits)."""
+    if not store.remote:
+        return await awaitable
+    now = asyncio.get_running_loop().time()
+    try:
+        async with asyncio.timeout_at(max(deadline, now + 0.01)):
+            return await awaitable
+    except TimeoutError:
+        op = getattr(awaitable, "__qualname__", "call")
+        raise StoreUnavailable(f"the assembly store did not answer in time ({op})") from None
+
+
+class Round:
+    """Round `rnd` of group `gid` (of `size` members) on this replica."""
+
+    def __init__(self, ctx: Context, gid: str, rnd: int, size: int) -> None:
+        self.ctx, self.gid, self.rnd, self.size = ctx, gid, rnd, size
+        self.event = asyncio.Event()
+        self.done: asyncio.Future[RoundResult] = asyncio.get_running_loop().create_future()
+        self.waiters = 0
+        self.local: dict[str, float] = {}  # member -> raw reward, of those that waited here
+        self.task = asyncio.create_task(self._watch(), name=f"asm:{gid}")
+
+    def wake(self) -> None:
+        """The store says this round may have a result (pub/sub, or this replica's compute)."""
+        self.event.set()
+
+    def close(self, error: Exception) -> None:
+        """Answer every waiter with `error`; stop watching."""
+        if not self.done.done():
+            self.done.set_exception(error)
+            self.done.exception()  # retrieved: no "never retrieved" warning
+        self.task.cancel()
+
+    async def wait(self, m: Member, count: int, deadline: float) -> MemberResult:
+        """Wait here until the round's result or the member's deadline; `count`: the members
+        the store held when this one was added."""
+        self.waiters += 1
+        self.local[m.mid] = m.checked.reward
+        if count >= self.size:
+            self.event.set()
+        try:
+            try:  # asyncio.timeout, not wait_for: no task per waiter (3.11)
+                async with asyncio.timeout_at(deadline):
+                    result = await asyncio.shield(self.done)
+            except TimeoutError:
+                return await self._at_deadline(m, deadline + GRACE_S)
+            return answer_of(result, m, self.ctx.stats)
+        finally:
+            self.waiters -= 1
+
+    # -- the watch ----------------------------------------------------------------------------
+
+    async def _watch(self) -> None:
+        """Until the round's result exists: look, compute it if it is whole and nobody else is,
+        sleep until woken (this replica's compute, pub/sub) or the next poll."""
+        store = self.ctx.store
+        delay, retry = 0.05, False
+        while True:
+            self.event.clear()
+            try:
+                async with asyncio.timeout(5.0):
+                    result, count = await store.poll(self.gid, self.rnd)
+                retry = False
+                if result is None and count >= self.size:
+                    result = await self._compute_once()
+                    retry = result is None  # claimed elsewhere: it may be released unfinished
+                if result is not None:
+                    if not self.done.done():
+                        self.done.set_result(result)
+                    return
+            except asyncio.CancelledError:
+                raise
+            except (InvalidInput, LimitExceeded) as e:  # the whole group breaks a rule
+                if not self.done.done():
+                    self.done.set_exception(
+                        type(e)(f"group {self.gid!r} cannot be reweighted: {e.message}")
+                    )
+                return
+            except Exception as e:  # Redis away, engine overloaded: try again until deadlines
+                stop_if_cancelled(e)
+                (log.debug if retry else log.warning)("assembly of %r: %r; retrying", self.gid, e)
+                retry = True
+            wait = delay if (store.polling or retry) else None
+            try:
+                await asyncio.wait_for(self.event.wait(), wait)
+            except TimeoutError:
+                delay = min(delay * 2, _POLL_MAX_S)
+
+    async def _compute_once(self) -> RoundResult | None:
+        """Reweight the round unless another replica has claimed it; survives our waiters
+        leaving (shielded), so a claimed round is always finished or released."""
+        token = self.ctx.token()
+        if not await self.ctx.store.claim(self.gid, token, self.ctx.claim_ttl_s):
+            return None
+        compute = self.ctx.spawn(self._compute(token), f"asm-c:{self.gid}")
+        return await asyncio.shield(compute)
+
+    async def _compute(self, token: str) -> RoundResult | None:
+        store, gid = self.ctx.store, self.gid
+        renewing = asyncio.create_task(self._renew(token), name=f"asm-r:{gid}")
+        try:
+            group = await store.members(gid)
+            if group is None or group.round != self.rnd or len(group.members) < self.size:
+                return None  # expired or closed under us
+            _, records = group.ordered()
+            meta = group.meta
+            values, rewards = [r.value for r in records], [r.reward for r in records]
+            # Members' answers, when any member gave one (darling's classes, distinct_answers).
+            answers = [r.answer for r in records]
+            given = answers if any(a is not None for a in answers) else None
+            one = (
+                Group(rewards=rewards, completions=values, id=gid, answers=given)
+                if meta.input == "completion"
+                else Group(rewards=rewards, embeddings=values, id=gid, answers=given)
+            )
+            request = ReweightRequest([one], meta.method, meta.params, meta.advantages)
+            out = (await self.ctx.engine.areweight(request)).groups[0]
+            stored = await store.finish(gid, group.result(out.rewards, out.advantages, out.stats))
+            if stored is not None:
+                self.ctx.stats.groups_computed += 1
+            return stored
+        finally:
+            renewing.cancel()
+            with contextlib.suppress(Exception):  # after finish: a no-op (the claim is gone)
+                await store.release(gid, token)
+
+    async def _renew(self, token: str) -> None:
+        """Keep the claim while the compute runs, so no replica takes it over and computes the
+        round again; a claim lost anyway (the store was away longer than its TTL) is logged:
+        `finish` still stores one result only."""
+        ttl = self.ctx.claim_ttl_s
+        while True:
+            await asyncio.sleep(ttl / 3)
+            try:
+                if not await self.ctx.store.renew(self.gid, token, ttl):
+                    log.warning("assembly of %r: the compute claim was lost", self.gid)
+                    return
+            except Exception as e:  # the next renewal may get through
+                stop_if_cancelled(e)
+                log.debug("assembly of %r: claim not renewed: %r", self.gid, e)
+
+    # -- the deadline -------------------------------------------------------------------------
+
+    async def _at_deadline(self, m: Member, answer_by: float) -> MemberResult:
+        """The round's answer when it has one by `answer_by` (closing it here if it is still
+        short), else this member's own raw answer."""
+        store = self.ctx.store
+        try:
+            result, count = await bounded(store, store.poll(m.gid, self.rnd), answer_by)
+            if result is None and count < self.size:
+                result = await self._close_short(m, answer_by)
+            if result is None and count < self.size:  # claimed elsewhere: closing, most likely
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout_at(answer_by):
+                        result = await asyncio.shield(self.done)
+            if result is not None:
+                return answer_of(result, m, self.ctx.stats)
+            group = await bounded(store, store.members(m.gid), answer_by)
+            present = dict(self.local)
+            if group is not None and group.round == self.rnd:
+                present = {mid: rec.reward for mid, rec in group.members.items()}
+            reason = MemberReason.COMPUTING if len(present) >= self.size else MemberReason.SHORT
+            return self._raw_answer(m, present, reason)
+        except StoreUnavailable as e:
+            log.warning("answer for %r from this replica's members: %s", m.gid, e)
+            return self._raw_answer(m, dict(self.local), MemberReason.STORE_UNAVAILABLE)
+
+    async def _close_short(self, m: Member, by: float) -> RoundResult | None:
+        """Close the round as it is (short), unless someone else holds it or it became whole."""
+        store, token = self.ctx.store, self.ctx.token()
+        if not await bounded(store, store.claim(m.gid, token, self.ctx.claim_ttl_s), by):
+            return None
+        try:
+            for _ in range(3):  # a member may arrive between the read and the close
+                group = await bounded(store, store.members(m.gid), by)
+                if group is None or group.round != self.rnd or len(group.members) >= self.size:
+                    return None  # gone, or whole after all: the watcher computes it
+                stored = await bounded(store, store.finish(m.gid, _short_result(group)), by)
+                if stored is not None:
+                    return stored
+            return None
+        finally:
+            with contextlib.suppress(Exception):
+                await store.release(m.gid, token)
+
+    def _raw_answer(
+        self, m: Member, present: dict[str, float], reason: MemberReason
+    ) -> MemberResult:
+        """This member alone answered raw, over the members `present` (not stored)."""
+        present[m.mid] = m.checked.reward  # present even if its round expired meanwhile
+        ids = sorted(present)
+        adv = raw_advantages([present[i] for i in ids], m.meta.advantages)
+        self.ctx.stats.timeouts += 1
+        return MemberResult(
+            group_id=m.gid,
+            member_id=m.mid,
+            reward=m.checked.reward,
+            raw_reward=m.checked.reward,
+            advantage=adv[ids.index(m.mid)] if adv is not None else None,
+            complete=False,
+            reason=reason,
+            stats=None,
+            members=len(ids),
+            round=self.rnd,
+        )
+
+
+def raw_advantages(raw: Sequence[float], kind: str) -> list[float] | None:
+    """Advantages of raw rewards by the estimator the engine applies after reweighting (in
+    float32, as the engine computes); None for kind "none". Small: computed inline."""
+    if kind == AdvantageKind.NONE:
+        return None
+    return advantage_estimator(torch.tensor(list(raw), dtype=torch.float32), kind).tolist()
+
+
+def _short_result(group: OpenRound) -> RoundResult:
+    _, records = group.ordered()
+    adv = raw_advantages([r.reward for r in records], group.meta.advantages)
+    return group.result(None, adv, None)
+
+
+# -- answers ----------------------------------------------------------------------------------
+
+
+def answer_of(result: RoundResult, m: Member, stats: AssemblyStats) -> MemberResult:
+    """Member m's answer from its round's result; a 409 when m differs from what the round
+    holds under its id (the same rules before and after the round was answered)."""
+    if result.meta != m.meta:
+        raise mismatch(result.meta, m, stats)
+    if m.mid not in result.ids:  # finish checks the count: only a store that lost state
+        raise StoreUnavailable(
+            f"round {result.round} of group {m.gid!r} was answered without member "
+            f"{m.mid!r}; send it again"
+        )
+    i = result.ids.index(m.mid)
+    same_payload(result.raw[i], result.digests[i], m, stats)
+    if not result.complete:
+        stats.timeouts += 1
+    return result.answer(m.gid, i)
+
+
+def mismatch(have: GroupMeta, m: Member, stats: AssemblyStats) -> PreconditionFailed:
+    """The 409 for a member whose settings differ from its group's (`have`), naming the field."""
+    stats.conflicts += 1
+    want = m.meta
+    for name in ("group_size", "method", "params", "advantages"):
+        if getattr(have, name) != getattr(want, name):
+            if name == "group_size":
+                stats.size_mismatch["declared"] += 1
+            return PreconditionFailed(
+                f"is {getattr(want, name)!r} but group {m.gid!r} has {getattr(have, name)!r}",
+                field=name,
+            )
+    if have.input != want.input:
+        return PreconditionFailed(f"group {m.gid!r} members give {have.input}s", field=want.input)
+    return PreconditionFailed(
+        f"has dimension {want.dim} but group {m.gid!r} has {have.dim}", field="embedding"
+    )
+
+
+def same_payload(reward: float, digest: str, m: Member, stats: AssemblyStats) -> None:
+    """A 409 naming the field when m's reward or input differs from what is stored."""
+    for same, name in (
+        (reward == m.record.reward, "reward"),
+        (digest == m.record.digest, m.meta.input),
+    ):
+        if not same:
+            stats.conflicts += 1
+            raise Conflict(
+                f"member {m.mid!r} of group {m.gid!r} was already sent with a different {name}",
+                field=name,
+            )
+
+
+def differs(result: RoundResult, m: Member) -> bool:
+    """Whether m, under an id `result` holds, is not a retry of it (other settings or payload)."""
+    return result.position(m.mid, m.meta, m.record) is None
