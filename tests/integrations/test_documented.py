@@ -98,7 +98,7 @@ def test_verl_overrides_through_verls_own_config_and_loader(tmp_path: Path) -> N
 
 SLIME = r"""
 import importlib, json, sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 
@@ -114,6 +114,9 @@ class Sample:  # the fields of slime.utils.types.Sample the hook reads (test_sli
     index: int | None
     response: str
     reward: float
+    prompt: str = ""
+    rollout_id: int | None = None
+    metadata: dict = field(default_factory=dict)
 
     def get_reward_value(self, args):
         return self.reward if not args.reward_key else self.reward[args.reward_key]
