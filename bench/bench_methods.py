@@ -1,7 +1,9 @@
 """Benchmark 3: the batched methods vs a per-group Python loop (B groups x G completions).
 
 Times cosine similarity, then DRA and MMR from precomputed similarities and from embeddings
-(similarity included), on CPU and on CUDA when there is one. Median of several runs after
+(similarity included), darling from embeddings (similarity and class components included),
+pass_at_k (k = 4) and outcome_ucb's bonus (from given counts; its memory round trip is
+bench/bench_memory.py), on CPU and on CUDA when there is one. Median of several runs after
 warm-up; the loop baseline is measured in the same run. Prints a markdown table.
 Target (issue 6): 1024 groups x G=16 under 10 ms on CPU.
 
@@ -22,10 +24,13 @@ import torch
 
 from reweighter.methods import (
     cosine_similarity,
+    darling_from_similarity,
     dra,
     dra_from_similarity,
     mmr,
     mmr_from_similarity,
+    outcome_ucb,
+    pass_at_k,
 )
 
 TARGET_MS = 10.0
@@ -78,12 +83,21 @@ def main() -> None:
 
     # (name, batched fn, per-group loop, input): "sim" rows start from precomputed similarities
     # (the engine computes them once, for the stats and the method), "emb" rows from embeddings.
+    def darling_emb(r: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
+        return darling_from_similarity(r, cosine_similarity(e))
+
+    def pass_at_4(r: torch.Tensor) -> torch.Tensor:
+        return pass_at_k(r, 4)
+
     methods: list[tuple[str, Callable, Callable, str]] = [
         ("similarity", lambda e: cosine_similarity(e), per_group(cosine_similarity), "e"),
         ("dra (sim)", dra_from_similarity, per_group(dra_from_similarity), "rs"),
         ("mmr (sim)", mmr_from_similarity, per_group(mmr_from_similarity), "rs"),
         ("dra (emb)", dra, per_group(dra), "re"),
         ("mmr (emb)", mmr, per_group(mmr), "re"),
+        ("darling (emb)", darling_emb, per_group(darling_emb), "re"),
+        ("pass_at_k k=4", pass_at_4, per_group(pass_at_4), "r"),
+        ("outcome_ucb (counts)", outcome_ucb, per_group(outcome_ucb), "rc"),
     ]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads, D={args.dim}")
     if torch.cuda.is_available():
@@ -98,7 +112,10 @@ def main() -> None:
             for g in sizes_g:
                 for b in sizes_b:
                     r, e = _inputs(b, g, args.dim, device)
-                    inputs = {"r": r, "e": e, "s": cosine_similarity(e)}
+                    counts = torch.randint(
+                        -1, 20, r.shape, generator=torch.Generator().manual_seed(b)
+                    )
+                    inputs = {"r": r, "e": e, "s": cosine_similarity(e), "c": counts.to(device)}
                     for name, batched, loop, which in methods:
                         xs = [inputs[k] for k in which]
                         t_b = _time(partial(batched, *xs), device, runs, warmup)

@@ -339,3 +339,29 @@ async def test_many_members_over_one_grpc_stream(replicas: list[BackgroundServic
 
 async def _collect(stream) -> list:
     return [a async for a in stream]
+
+
+def test_member_answers_reach_darling_across_replicas(replicas: list[BackgroundService]) -> None:
+    """Members carry `answer` on both transports; the assembled group is reweighted by darling
+    with those answers as its classes (the hand case of tests/unit/test_methods_classes.py)."""
+    gid = f"darling-{uuid.uuid4().hex}"
+    answers = ["4", "4", "5", None]
+    rewards = [1.0, 1.0, 0.5, 0.0]
+    vecs = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0], [1.0, 1.0, 0.0]]
+    members = [
+        MemberSubmission(gid, f"m{i}", 4, rewards[i], embedding=vecs[i], method="darling",
+                         answer=answers[i], timeout_s=60)
+        for i in range(4)
+    ]  # fmt: skip
+    with (
+        ReweighterClient(replicas[0].http_url, api_key=KEY, retry=NO_RETRY) as http,
+        GrpcReweighterClient(replicas[1].grpc_target, api_key=KEY, retry=NO_RETRY) as rpc,
+        ThreadPoolExecutor(4) as pool,
+    ):
+        futures = [
+            pool.submit((http if i % 2 else rpc).submit_member, m) for i, m in enumerate(members)
+        ]
+        results = [f.result(timeout=120) for f in futures]
+    assert all(r.complete for r in results)
+    assert [r.reward for r in results] == pytest.approx([2 / 3, 2 / 3, 0.5, 0.0])
+    assert all(r.stats.classes == 3 and r.stats.distinct_answers == 2 for r in results)

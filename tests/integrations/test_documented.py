@@ -98,7 +98,7 @@ def test_verl_overrides_through_verls_own_config_and_loader(tmp_path: Path) -> N
 
 SLIME = r"""
 import importlib, json, sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 
@@ -114,6 +114,9 @@ class Sample:  # the fields of slime.utils.types.Sample the hook reads (test_sli
     index: int | None
     response: str
     reward: float
+    prompt: str = ""
+    rollout_id: int | None = None
+    metadata: dict = field(default_factory=dict)
 
     def get_reward_value(self, args):
         return self.reward if not args.reward_key else self.reward[args.reward_key]
@@ -242,3 +245,42 @@ def test_readme_rows_are_the_commands_run_here() -> None:
     skyrl = block("skyrl-snippet")
     for code in re.findall(r"`([^`]*)`", rows["SkyRL"]):
         assert code.replace("class Trainer", "class ReweightedTrainer") in skyrl
+
+
+TRL_ANSWERS_DRIVER = r"""
+
+# ---- driver (not in the docs): two steps as GRPOTrainer calls them ---------------------------
+import json, sys
+from types import SimpleNamespace
+from reweighter.client import connect
+
+for f in (explore, pass_at_4):
+    f.backend = connect(sys.argv[1])  # the live service in place of reweighter:8080
+prompt = sys.argv[2]
+out = {}
+steps = [["so 7", "so 7", "so 8", "dunno"], ["so 7", "so 9", "so 9", "so 7"]]
+for step, completions in enumerate(steps):
+    out[f"explore{step}"] = explore(prompts=[prompt] * 4, completions=completions,
+                                    answer=["7"] * 4,
+                                    trainer_state=SimpleNamespace(global_step=step))
+out["pass"] = pass_at_4(prompts=[prompt] * 4, completions=["so 7", "so 8", "so 8", "so 8"],
+                        answer=["7"] * 4, trainer_state=SimpleNamespace(global_step=0))
+print(json.dumps(out))
+"""
+
+
+def test_trl_answers_snippet_word_for_word(tmp_path: Path, service) -> None:
+    pytest.importorskip("trl")
+    import uuid
+
+    snippet = block("trl-answers-snippet")
+    prompt = f"what is 3 + 4? ({uuid.uuid4().hex})"  # a prompt key no other run has seen
+    got = json.loads(fresh(snippet + TRL_ANSWERS_DRIVER, tmp_path, service.http_url,
+                           prompt).splitlines()[-1])  # fmt: skip
+    # Step 0: nothing seen; bonus 0.5 for every answer; "dunno" has none (no space: None).
+    assert got["explore0"] == pytest.approx([1.5, 1.5, 0.5, 0.0])
+    # Step 1: "7" was seen twice (0.5 / sqrt(3)), "9" never (0.5).
+    b7, b9 = 0.5 / 3**0.5, 0.5
+    assert got["explore1"] == pytest.approx([1 + b7, b9, b9, 1 + b7])
+    # pass@4 with n = 4, one success: rho = 1, every advantage 0 (nothing to improve).
+    assert got["pass"] == pytest.approx([0.0] * 4)

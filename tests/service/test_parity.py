@@ -117,7 +117,8 @@ def test_info_agrees_across_transports(
     a, b = http.info(), grpc_client.info()
     for key in ("model", "dim", "device", "version", "long_text", "advantages", "limits", "ready"):
         assert a[key] == b[key], key
-    assert set(a["methods"]) == set(b["methods"]) == {"dra", "mmr", "none"}
+    methods = {"dra", "mmr", "darling", "outcome_ucb", "none"}
+    assert set(a["methods"]) == set(b["methods"]) == methods
     assert "lambda" in b["methods"]["mmr"]["params"]["properties"]
     assert a["ready"] is True and a["dim"] == 384
 

@@ -76,7 +76,8 @@ def test_client_compiled_from_the_proto_alone(tmp_path: Path, service: Backgroun
             emb = stub.Embed(pb.EmbedRequest(inputs=["hello", "world"]), timeout=30)
             assert emb.dim == 384 and len(emb.embeddings) == 2 * 384
             info = stub.Info(pb.InfoRequest(), timeout=30)
-            assert info.ready and set(info.methods) == {{"dra", "mmr", "none"}}
+            names = {{"dra", "mmr", "darling", "outcome_ucb", "none"}}
+            assert info.ready and set(info.methods) == names
             try:
                 stub.Reweight(pb.ReweightRequest(method="bogus", groups=[g]), timeout=30)
                 raise SystemExit("no error")

@@ -102,3 +102,50 @@ def test_trl_names_it_by_name(engine):
 
     f = ReweightedReward([ones], engine, num_generations=2, name="diverse")
     assert get_callable_name(f) == "diverse"
+
+
+def last_word(prompts, completions, **_):
+    """An answer extractor in TRL's reward-function convention: the last word, or None."""
+    return [c.split()[-1] if c.strip() else None for c in completions]
+
+
+class State:
+    def __init__(self, step):
+        self.global_step = step
+
+
+def test_answers_prompt_keys_and_step_reach_the_service(engine):
+    backend = Recording(engine)
+    f = reweighted(
+        ones, num_generations=3, backend=backend, method="outcome_ucb", answer_func=last_word,
+        params={"scale": 1.0},
+    )
+    metrics = {}
+    prompts = ["p1"] * 3 + ["p2"] * 3
+    out = f(prompts, ["a 4", "b 4", "c 5", "d 7", "e 7", " "],
+            trainer_state=State(10), log_metric=metrics.__setitem__)
+    (request,) = backend.requests
+    assert request.step == 10
+    assert [g.answers for g in request.groups] == [["4", "4", "5"], ["7", "7", None]]
+    keys = [g.prompt_key for g in request.groups]
+    assert len(set(keys)) == 2 and all(len(k) == 64 for k in keys)
+    assert out == [2.0, 2.0, 2.0, 2.0, 2.0, 1.0]  # nothing seen before: bonus 1; None: none
+    assert metrics["reweighter/distinct_answers"] == 1.5  # (2 + 1) / 2
+    assert 1.0 <= metrics["reweighter/effective_size"] <= 3.0
+    # The next step sees step 10's answers: "4" twice before, "5" once.
+    out = f(["p1"] * 3, ["a 4", "b 5", "c 6"], trainer_state=State(11))
+    assert out == pytest.approx([1 + 1 / 3**0.5, 1 + 1 / 2**0.5, 2.0])
+
+
+def test_darling_and_pass_at_k_from_trl(engine):
+    f = reweighted(has_x, num_generations=3, backend=engine, method="darling",
+                   answer_func=last_word)
+    metrics = {}
+    out = f(["p"] * 3, ["x 4", "x 4", "x 5"], log_metric=metrics.__setitem__)
+    assert out == pytest.approx([0.5, 0.5, 1.0])  # d = (1/2, 1/2, 1)
+    assert metrics["reweighter/classes"] == 2.0
+    f = reweighted(has_x, num_generations=4, backend=engine, method="none",
+                   advantages="pass_at_k", advantage_params={"k": 2})
+    out = f(["p"] * 4, ["y", "x", "y", "y"], log_metric=metrics.__setitem__)
+    assert out == pytest.approx([-1 / 3, 1.0, -1 / 3, -1 / 3])
+    assert metrics["reweighter/frac_zero_advantage"] == 0.0

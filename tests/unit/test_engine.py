@@ -222,7 +222,7 @@ async def test_async_equals_sync(engine: ReweightEngine) -> None:
 
 def test_info_lists_methods_and_limits(engine: ReweightEngine) -> None:
     info = engine.info()
-    assert set(info["methods"]) == {"dra", "mmr", "none"}
+    assert set(info["methods"]) == {"dra", "mmr", "darling", "outcome_ucb", "none"}
     assert "lambda" in info["methods"]["mmr"]["params"]["properties"]
     assert info["dim"] == 384 and info["ready"] is True
     assert info["limits"]["max_groups"] == engine.settings.max_groups
@@ -236,7 +236,8 @@ def test_names_are_enums_equal_to_their_strings(bare: ReweightEngine) -> None:
     )
     assert by_enum == by_name and by_enum.method == "mmr"
     assert by_enum.groups[0].advantages is not None
-    with pytest.raises(InvalidInput, match=r"unknown method 'ucb'; known: dra, mmr, none"):
+    known = "dra, mmr, darling, outcome_ucb, none"
+    with pytest.raises(InvalidInput, match=rf"unknown method 'ucb'; known: {known}"):
         bare.reweight(ReweightRequest([group], "ucb"))
     with pytest.raises(InvalidInput, match=r"unknown advantage kind 'ppo'; known: grpo, dr_grpo"):
         bare.reweight(ReweightRequest([group], advantages="ppo"))

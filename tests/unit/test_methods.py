@@ -290,8 +290,12 @@ R3 = t(1.0, 0.0, 1.0)
         (lambda: dra(R3, E3, similarity_floor=NAN), "similarity_floor", r"\[-1, 1\]"),
         (lambda: dra(R3, E3, eps=0.0), "eps", r"> 0"),
         (lambda: dra(R3, E3, eps=INF), "eps", r"> 0"),
-        (lambda: advantages(R3, "ppo"), "kind", r"unknown.*grpo, dr_grpo, none"),
-        (lambda: get_method("grpo"), "method", r"unknown method 'grpo'; known: dra, mmr, none"),
+        (lambda: advantages(R3, "ppo"), "kind", r"unknown.*grpo, dr_grpo, pass_at_k, none"),
+        (
+            lambda: get_method("grpo"),
+            "method",
+            r"unknown method 'grpo'; known: dra, mmr, darling, outcome_ucb, none",
+        ),
         (lambda: dra_from_similarity(t(1.0, 1.0), t([1.0, NAN], [NAN, 1.0])), "similarity", "NaN"),
         (lambda: mmr_from_similarity(t(1.0, 1.0), t([1.0, INF], [INF, 1.0])), "similarity", "NaN"),
         # No floor and a row sum of exactly -eps: the denominator vanishes; refuse, never inf.
@@ -327,9 +331,10 @@ def test_masked_padding_may_hold_anything() -> None:
 
 
 def test_registry_lists_the_methods_and_kinds() -> None:
-    assert set(CATALOG) == {"dra", "mmr", "none"}
-    assert ADVANTAGE_KINDS == ("grpo", "dr_grpo", "none")
-    assert [CATALOG[n].needs_similarity for n in ("dra", "mmr", "none")] == [True, True, False]
+    assert set(CATALOG) == {"dra", "mmr", "darling", "outcome_ucb", "none"}
+    assert ADVANTAGE_KINDS == ("grpo", "dr_grpo", "pass_at_k", "none")
+    names = ("dra", "mmr", "darling", "outcome_ucb", "none")
+    assert [CATALOG[n].needs_similarity for n in names] == [True, True, True, False, False]
     for name, spec in CATALOG.items():
         assert spec.name == name and get_method(name) is spec and spec.description
     assert CATALOG["dra"].params_model is DraParams

@@ -96,10 +96,13 @@ def test_the_parity_check_finds_a_field_on_one_side_only() -> None:
     class Extra:
         mean_similarity: float
         lambda_: float | None
+        effective_size: float | None
+        distinct_answers: int | None
+        classes: int | None
         skew: float
 
     assert parity(pb.GroupStats.DESCRIPTOR, names_of(Extra)) == ["GroupStats.skew: no proto field"]
-    assert parity(pb.GroupStats.DESCRIPTOR, {"mean_similarity"}) == [
+    assert parity(pb.GroupStats.DESCRIPTOR, names_of(GroupStats) - {"lambda"}) == [
         "GroupStats.lambda: only in the proto"
     ]
 
@@ -107,24 +110,27 @@ def test_the_parity_check_finds_a_field_on_one_side_only() -> None:
 REQUEST = ReweightRequest(
     groups=[
         Group([1.0, 0.0, 2], completions=["a", "b", "c"], id="g0"),
-        Group([0.5, 0.25], embeddings=np.array([[1.0, 0.0], [0.0, 1.0]], dtype=np.float32)),
+        Group([0.5, 0.25], embeddings=np.array([[1.0, 0.0], [0.0, 1.0]], dtype=np.float32),
+              answers=["4", None], prompt_key="p-1"),
     ],
     method="mmr",
     params={"lambda": 0.5},
     advantages="grpo",
+    advantage_params={"k": 2},
+    step=7,
 )
 RESULT = ReweightResult(
     method="mmr",
     model="m",
     groups=[
-        GroupResult("g0", [1.0, 0.5], [0.5, -0.5], GroupStats(0.25, 0.5)),
+        GroupResult("g0", [1.0, 0.5], [0.5, -0.5], GroupStats(0.25, 0.5, 1.5, 2, 2)),
         GroupResult(None, [1.0], None, GroupStats(1.0, None)),
     ],
 )
 MEMBERS = [
     MemberSubmission("g/1", "m0", 4, 0.5, completion="text", method="mmr",
                      params={"lambda": "adaptive"}, advantages="dr_grpo", timeout_s=2.5,
-                     reuse_ids=True),
+                     reuse_ids=True, answer="42"),
     MemberSubmission("g", "m1", 2, 1, embedding=np.array([0.5, 0.25], dtype=np.float32)),
 ]  # fmt: skip
 ANSWERS = [
@@ -186,8 +192,11 @@ def test_an_answer_survives_the_servers_model_and_the_clients_parse(message: Any
 
 def test_answers_leave_out_what_is_none_only_where_documented() -> None:
     out = json.loads(http.answer(RESULT).model_dump_json(by_alias=True))
-    assert out["groups"][0]["stats"] == {"mean_similarity": 0.25, "lambda": 0.5}
-    assert out["groups"][1]["stats"] == {"mean_similarity": 1.0}  # no lambda
+    assert out["groups"][0]["stats"] == {
+        "mean_similarity": 0.25, "lambda": 0.5, "effective_size": 1.5, "distinct_answers": 2,
+        "classes": 2,
+    }
+    assert out["groups"][1]["stats"] == {"mean_similarity": 1.0}  # none of the optional ones
     assert "advantages" not in out["groups"][1] and out["groups"][1]["id"] is None
     member = json.loads(http.answer(ANSWERS[1]).model_dump_json(by_alias=True))
     assert member["advantage"] is None and member["stats"] is None and member["reason"] == "short"

@@ -40,6 +40,9 @@ class RecordingBackend:
                     "result_advantages": r.advantages,
                     "mean_similarity": r.stats.mean_similarity,
                     "lambda": r.stats.lambda_,
+                    "effective_size": r.stats.effective_size,
+                    "distinct_answers": r.stats.distinct_answers,
+                    "classes": r.stats.classes,
                 }
                 for g, r in zip(request.groups, result.groups, strict=True)
             ],

@@ -98,6 +98,7 @@ def build_trainer(cfg: TrainConfig) -> tuple[Any, ReweightedReward]:
         method=cfg.reweighter.method,
         params=cfg.reweighter.params,
         advantages=cfg.reweighter.advantages,
+        advantage_params=cfg.reweighter.advantage_params,
         on_result=on_result,
     )
 

@@ -11,7 +11,9 @@ Add a reweighting method (three places, nothing else):
    field's alias, or its name), and its batched kernel
    `apply(rewards [B, G], sim [B, G, G] | None, mask [B, G] | None, params)` returning
    (new rewards [B, G], λ per group [B] or None). The engine has checked the input and parsed
-   `params` with the model; items outside `mask` must come out 0.
+   `params` with the model; items outside `mask` must come out 0. A method that needs answer classes
+   or outcome memory lists them in its entry (`needs=("classes",)` / `("memory",)`) and its
+   kernel takes the keyword `ctx` (a `reweighter.methods.context.MethodContext`).
 2. One entry in `CATALOG` (`reweighter/methods/catalog.py`):
    `MethodSpec("<name>", "<one line: what it does>", params="reweighter.methods.<name>:<Model>",
    kernel="reweighter.methods.<name>:apply", needs_similarity=<bool>)`.

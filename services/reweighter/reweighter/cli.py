@@ -47,6 +47,20 @@ def _add_method_flags(p: argparse.ArgumentParser) -> None:
         choices=[k.value for k in AdvantageKind],
         help="advantages computed after reweighting (default %(default)s)",
     )
+    p.add_argument(
+        "--pass-k",
+        type=int,
+        default=None,
+        metavar="K",
+        help="pass_at_k: k of pass@k (advantage_params.k; 1 <= k <= group size)",
+    )
+    p.add_argument(
+        "--pass-success-threshold",
+        type=float,
+        default=None,
+        metavar="VALUE",
+        help="pass_at_k: a completion succeeds when its reward is at least this (default 1.0)",
+    )
 
 
 def _flag_value(text: str) -> Any:
@@ -125,8 +139,20 @@ def _run_reweight(args: argparse.Namespace) -> int:
         method=args.method,
         params=params,
         advantages=args.advantages,
+        advantage_params=_advantage_params(args),
         batch_groups=args.batch_groups,
     )
+
+
+def _advantage_params(args: argparse.Namespace) -> dict[str, Any]:
+    """--pass-k / --pass-success-threshold as the request's advantage_params (the engine
+    judges them: a k with another estimator is refused naming advantage_params.k)."""
+    out: dict[str, Any] = {}
+    if args.pass_k is not None:
+        out["k"] = args.pass_k
+    if args.pass_success_threshold is not None:
+        out["success_threshold"] = args.pass_success_threshold
+    return out
 
 
 def _run_demo(args: argparse.Namespace) -> int:

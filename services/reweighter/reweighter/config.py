@@ -107,6 +107,18 @@ class Settings(BaseSettings):
     assembly_max_held_members: int = Field(
         262144, description="members held in open groups (and waiting here) before 429"
     )
+    memory_ttl_s: float = Field(
+        30 * 24 * 3600.0,
+        gt=0,
+        description="outcome_ucb's answer memory: a prompt key not written this long is forgotten",
+    )
+    memory_max_prompt_keys: int = Field(
+        1_000_000,
+        ge=1,
+        description="outcome_ucb's answer memory: prompt keys held at most (least recently "
+        "written dropped first)",
+    )
+    memory_prefix: str = Field("reweighter:mem:", description="Redis key prefix of the memory")
     assembly_prefix: str = Field("reweighter:asm:", description="Redis key prefix of assembly")
     # OpenRLHF remote reward route (api/http/openrlhf.py): the openrlhf_* group, read by the
     # route through the typed view `Settings.openrlhf`, never field by field

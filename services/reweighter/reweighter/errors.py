@@ -100,6 +100,11 @@ class StoreUnavailable(ReweighterError, status=(503, "UNAVAILABLE")):
     """The shared assembly store (Redis) cannot be reached: clients retry."""
 
 
+class MemoryUnavailable(ReweighterError, status=(503, "UNAVAILABLE")):
+    """The answer memory across steps (Redis) cannot be reached: a method that needs it
+    (outcome_ucb) answers nothing rather than counts from an empty memory; clients retry."""
+
+
 # -- client side -----------------------------------------------------------------------------
 
 

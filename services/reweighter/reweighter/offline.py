@@ -56,6 +56,8 @@ def _group(rec: dict[str, Any]) -> Group:
         completions=rec.get("completions"),
         embeddings=rec.get("embeddings"),
         id=None if gid is None else str(gid),
+        answers=rec.get("answers"),
+        prompt_key=rec.get("prompt_key"),
     )
 
 
@@ -67,6 +69,7 @@ def reweight_file(
     method: Method | str = Method.DRA,
     params: dict[str, Any] | None = None,
     advantages: AdvantageKind | str = AdvantageKind.NONE,
+    advantage_params: dict[str, Any] | None = None,
     batch_groups: int = 64,
     engine: Any = None,
 ) -> int:
@@ -97,6 +100,8 @@ def reweight_file(
                     method=method,
                     params=params or {},
                     advantages=advantages,
+                    advantage_params=advantage_params or {},
+                    step=batch[0][1].get("step"),
                 )
                 try:
                     result = engine.reweight(request)
@@ -108,8 +113,9 @@ def reweight_file(
                     if g.advantages is not None:
                         rec["advantages"] = g.advantages
                     stats: dict[str, Any] = {"mean_similarity": g.stats.mean_similarity}
-                    if g.stats.lambda_ is not None:
-                        stats["lambda"] = g.stats.lambda_
+                    for name in ("lambda_", "effective_size", "distinct_answers", "classes"):
+                        if getattr(g.stats, name) is not None:
+                            stats[name.rstrip("_")] = getattr(g.stats, name)
                     rec["stats"] = stats
                     rec["method"] = result.method
                     out.write(json.dumps(rec, ensure_ascii=False) + "\n")
@@ -117,6 +123,9 @@ def reweight_file(
                 batch.clear()
 
             for lineno, rec in _records(src):
+                # One request carries one step (outcome_ucb's memory): a new step starts one.
+                if batch and rec.get("step") != batch[0][1].get("step"):
+                    flush()
                 batch.append((lineno, rec))
                 if len(batch) >= batch_groups:
                     flush()

@@ -25,6 +25,8 @@ class Method(StrEnum):
 
     DRA = "dra"
     MMR = "mmr"
+    DARLING = "darling"
+    OUTCOME_UCB = "outcome_ucb"
     NONE = "none"
 
 
@@ -36,6 +38,7 @@ class AdvantageKind(StrEnum):
 
     GRPO = "grpo"
     DR_GRPO = "dr_grpo"
+    PASS_AT_K = "pass_at_k"
     NONE = "none"
 
 
@@ -103,6 +106,14 @@ class Group:
         non_empty=True,
     )
     id: str | None = wire("echoed back in the result", None)
+    answers: Sequence[str | None] | None = wire(
+        "the canonical final answer of each completion (null: none extracted): darling's "
+        "classes, outcome_ucb's counted outcome, stats.distinct_answers",
+        None,
+    )
+    prompt_key: str | None = wire(
+        "a stable key of the group's prompt across steps (outcome_ucb's memory)", None
+    )
 
 
 @dataclass(frozen=True)
@@ -119,6 +130,13 @@ class ReweightRequest:
     advantages: AdvantageKind | str = wire(
         "advantage estimator computed after reweighting", AdvantageKind.NONE
     )
+    advantage_params: Mapping[str, Any] = wire(
+        "the estimator's parameters (pass_at_k: k, success_threshold)", factory=dict
+    )
+    step: int | None = wire(
+        "the trainer's global step (outcome_ucb's memory counts once per (prompt_key, step))",
+        None,
+    )
 
 
 @dataclass(frozen=True)
@@ -126,6 +144,17 @@ class GroupStats:
     mean_similarity: float = wire("mean cosine similarity over distinct pairs; 1.0 for one")
     lambda_: float | None = wire("the MMR trade-off used (MMR only)", None, omit_none=True)
     """The MMR trade-off used for this group; None for other methods. On the wire: `lambda`."""
+    effective_size: float | None = wire(
+        "n^2 / sum_ij max(0, s_ij): 1 for identical completions, n for orthogonal ones",
+        None,
+        omit_none=True,
+    )
+    distinct_answers: int | None = wire(
+        "distinct non-null answers, when the group carried answers", None, omit_none=True
+    )
+    classes: int | None = wire(
+        "answer classes the method used (darling)", None, omit_none=True
+    )
 
 
 @dataclass(frozen=True)
@@ -201,6 +230,11 @@ class MemberSubmission:
     """False (the default): a member id already answered, sent with another payload, is a 409
     naming the field (a non-deterministic reward, an id collision). The same payload is a
     retry either way."""
+    answer: str | None = wire(
+        "the member's extracted final answer (null: none): darling's classes, "
+        "stats.distinct_answers",
+        None,
+    )
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,32 @@ from ..timings import collecting
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 _SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384)
+_GROUP_BUCKETS = (1, 1.5, 2, 3, 4, 6, 8, 12, 16, 32, 64, 128, 512)
+_SHARE_BUCKETS = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 1.0)
+
+# Collapse telemetry (reweighter.engine.telemetry): figure -> (metric, help, buckets).
+_GROUP_FIGURES = {
+    "distinct_answers": (
+        "reweighter_group_distinct_answers",
+        "per group that carried answers: distinct non-null answers",
+        _GROUP_BUCKETS,
+    ),
+    "classes": (
+        "reweighter_group_classes",
+        "per group: answer classes the method used (darling)",
+        _GROUP_BUCKETS,
+    ),
+    "effective_size": (
+        "reweighter_group_effective_size",
+        "per group: n^2 / sum_ij max(0, s_ij), 1 for identical completions, n for orthogonal",
+        _GROUP_BUCKETS,
+    ),
+    "zero_advantage_share": (
+        "reweighter_zero_advantage_share",
+        "per request with advantages: the share of its groups whose advantages are all 0",
+        _SHARE_BUCKETS,
+    ),
+}
 
 # Label values come from fixed sets, never from the client: a stream of made-up method names
 # or paths must not grow a series each (unknown -> "other"). The sets are what the service
@@ -72,6 +98,20 @@ class _EngineCollector(Collector):
         stats = getattr(embedder, "stats", None)
         for name, doc in _STAT_COUNTERS.items():
             yield _one(CounterMetricFamily, f"reweighter_{name}", doc, getattr(stats, name, 0) or 0)
+        memory = getattr(self.engine, "memory_built", None)
+        yield _one(
+            GaugeMetricFamily,
+            "reweighter_memory_prompt_keys",
+            "prompt keys held by outcome_ucb's answer memory (all replicas, with Redis; -1: "
+            "Redis unreachable)",
+            memory.size() if memory is not None else 0,
+        )
+        yield _one(
+            CounterMetricFamily,
+            "reweighter_memory_errors",
+            "answer-memory operations that failed (Redis down): those requests got 503",
+            memory.errors if memory is not None else 0,
+        )
 
 
 _ASSEMBLY_COUNTERS = {
@@ -189,6 +229,10 @@ class Metrics:
             buckets=_SIZE_BUCKETS,
             registry=self.registry,
         )
+        self.group_figures = {
+            name: Histogram(metric, doc, buckets=buckets, registry=self.registry)
+            for name, (metric, doc, buckets) in _GROUP_FIGURES.items()
+        }
         self.registry.register(_EngineCollector(engine))
 
     def allow_endpoints(self, names: Iterable[str]) -> None:
@@ -255,7 +299,16 @@ class Metrics:
 
     def render(self) -> bytes:
         self._drain_batch_sizes()
+        self._drain_group_figures()
         return generate_latest(self.registry)
+
+    def _drain_group_figures(self) -> None:
+        telemetry = getattr(self.engine, "telemetry", None)
+        if telemetry is None:
+            return
+        for name, values in telemetry.drain().items():
+            for v in values:
+                self.group_figures[name].observe(v)
 
     def _drain_batch_sizes(self) -> None:
         stats = getattr(self.engine.embedder, "stats", None)

@@ -80,6 +80,8 @@ class MemberRecord(_Record):
     """sha256 of the completion (UTF-8) or of the float32 embedding: retries are compared by it."""
     value: str | list[float]
     """The completion or the embedding."""
+    answer: str | None = None
+    """The member's extracted final answer (MemberSubmission.answer), if it gave one."""
 
 
 class RoundResult(_Record):
@@ -97,6 +99,9 @@ class RoundResult(_Record):
     advantages: list[float] | None
     mean_similarity: float | None
     lambda_: float | None
+    effective_size: float | None = None
+    distinct_answers: int | None = None
+    classes: int | None = None
 
     def position(self, member_id: str, meta: GroupMeta, record: MemberRecord) -> int | None:
         """Where the member is, when it is in this round as it is sent now (a retry)."""
@@ -116,7 +121,13 @@ class RoundResult(_Record):
             complete=self.complete,
             reason=None if self.complete else MemberReason.SHORT,
             stats=(
-                GroupStats(self.mean_similarity, self.lambda_)
+                GroupStats(
+                    self.mean_similarity,
+                    self.lambda_,
+                    self.effective_size,
+                    self.distinct_answers,
+                    self.classes,
+                )
                 if self.complete and self.mean_similarity is not None
                 else None
             ),
@@ -160,6 +171,9 @@ class OpenRound(BaseModel):
             advantages=advantages,
             mean_similarity=None if stats is None else stats.mean_similarity,
             lambda_=None if stats is None else stats.lambda_,
+            effective_size=None if stats is None else stats.effective_size,
+            distinct_answers=None if stats is None else stats.distinct_answers,
+            classes=None if stats is None else stats.classes,
         )
 
 
@@ -201,7 +215,8 @@ def encode(c: CheckedMember) -> Member:
         input=kind,
         dim=dim,
     )
-    return Member(c, meta, MemberRecord(reward=c.reward, digest=digest, value=value))
+    record = MemberRecord(reward=c.reward, digest=digest, value=value, answer=c.answer)
+    return Member(c, meta, record)
 
 
 __all__ = [

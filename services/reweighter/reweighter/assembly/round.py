@@ -199,10 +199,13 @@ class Round:
             _, records = group.ordered()
             meta = group.meta
             values, rewards = [r.value for r in records], [r.reward for r in records]
+            # Members' answers, when any member gave one (darling's classes, distinct_answers).
+            answers = [r.answer for r in records]
+            given = answers if any(a is not None for a in answers) else None
             one = (
-                Group(rewards=rewards, completions=values, id=gid)
+                Group(rewards=rewards, completions=values, id=gid, answers=given)
                 if meta.input == "completion"
-                else Group(rewards=rewards, embeddings=values, id=gid)
+                else Group(rewards=rewards, embeddings=values, id=gid, answers=given)
             )
             request = ReweightRequest([one], meta.method, meta.params, meta.advantages)
             out = (await self.ctx.engine.areweight(request)).groups[0]

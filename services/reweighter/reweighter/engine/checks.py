@@ -10,7 +10,7 @@ RESOURCE_EXHAUSTED) naming the field as a dotted path (`groups[2].rewards[0]`); 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 from ..errors import InvalidInput, LimitExceeded
 from ..limits import Limits
 from ..methods import get_method
+from ..methods.params import NoAdvantageParams, PassAtKParams
 from ..types import AdvantageKind, MemberSubmission, ReweightRequest, parse_name
 
 
@@ -35,6 +36,11 @@ class Checked:
     embeddings: list[np.ndarray | None]
     rewards: list[list[float]]
     ids: list[str | None]
+    answers: list[list[str | None] | None]
+    prompt_keys: list[str | None]
+    step: int | None = None
+    advantage_params: BaseModel | None = None
+    needs: tuple[str, ...] = ()
 
     def flat_texts(self) -> list[str]:
         return [t for group in self.texts if group is not None for t in group]
@@ -74,6 +80,9 @@ def check_request(request: ReweightRequest, limits: Limits) -> Checked:
     spec = get_method(request.method)
     params = _check_params(spec.name, spec.params_model, request.params)
     kind = parse_name(AdvantageKind, request.advantages, "advantages", "advantage kind")
+    adv_params = check_advantage_params(kind, request.advantage_params, spec.name)
+    memory = "memory" in spec.needs
+    step = _check_step(request.step, required=memory, method=spec.name)
 
     groups = request.groups
     if not groups:
@@ -84,6 +93,8 @@ def check_request(request: ReweightRequest, limits: Limits) -> Checked:
     texts: list[list[str] | None] = []
     embs: list[np.ndarray | None] = []
     rewards: list[list[float]] = []
+    answers: list[list[str | None] | None] = []
+    keys: list[str | None] = []
     chars = 0
     for gi, g in enumerate(groups):
         where = f"groups[{gi}]"
@@ -93,6 +104,31 @@ def check_request(request: ReweightRequest, limits: Limits) -> Checked:
                 f"{len(r)} completions exceed the group limit of {limits.max_group_size}",
                 field=f"{where}.rewards",
             )
+        a = _check_answers(g.answers, len(r), f"{where}.answers")
+        if a is not None:
+            chars += sum(len(x) for x in a if x is not None)
+        key = _check_prompt_key(g.prompt_key, f"{where}.prompt_key")
+        if memory:
+            if key is None:
+                raise InvalidInput(
+                    f"method {spec.name!r} needs a prompt_key per group (a stable key of the "
+                    "prompt across steps)",
+                    field=f"{where}.prompt_key",
+                )
+            if a is None:
+                raise InvalidInput(
+                    f"method {spec.name!r} needs the group's answers (one string or null per "
+                    "completion)",
+                    field=f"{where}.answers",
+                )
+        if isinstance(adv_params, PassAtKParams) and adv_params.k > len(r):
+            raise InvalidInput(
+                f"k = {adv_params.k} exceeds the group's {len(r)} completions "
+                f"(groups[{gi}]); pass@k needs k <= n",
+                field="advantage_params.k",
+            )
+        answers.append(a)
+        keys.append(key)
         if _texts_given(g.completions, g.embeddings, "completions or embeddings", where):
             c = _check_completions(g.completions, len(r), f"{where}.completions")
             chars += sum(len(t) for t in c)
@@ -111,7 +147,89 @@ def check_request(request: ReweightRequest, limits: Limits) -> Checked:
         embeddings=embs,
         rewards=rewards,
         ids=[g.id for g in groups],
+        answers=answers,
+        prompt_keys=keys,
+        step=step,
+        advantage_params=adv_params,
+        needs=spec.needs,
     )
+
+
+MAX_ANSWER_CHARS = 4096
+"""Longest answer string: a canonical final answer, not a completion."""
+MAX_PROMPT_KEY_CHARS = 1024
+
+
+def check_advantage_params(kind: AdvantageKind, given: Any, method: str) -> BaseModel:
+    """The estimator's parameters (field "advantage_params.<name>"); pass_at_k only with
+    method "none": its closed form sees success and failure, not reweighted rewards."""
+    if kind == AdvantageKind.PASS_AT_K and method != "none":
+        raise InvalidInput(
+            f"pass_at_k sees only success or failure of the base rewards, so it goes with "
+            f"method 'none', not {method!r}",
+            field="advantages",
+        )
+    model: type[BaseModel] = PassAtKParams if kind == AdvantageKind.PASS_AT_K else NoAdvantageParams
+    values = given or {}
+    if not isinstance(values, Mapping):
+        raise InvalidInput("must be an object", field="advantage_params")
+    try:
+        return model.model_validate(dict(values))
+    except ValidationError as e:
+        first = e.errors()[0]
+        loc = ".".join(str(p) for p in first.get("loc", ()))
+        takes = ", ".join(model.model_fields) or "no parameters"
+        raise InvalidInput(
+            f"{first['msg']} (advantage kind {kind.value!r} takes: {takes})",
+            field=f"advantage_params.{loc}" if loc else "advantage_params",
+        ) from e
+
+
+def _check_step(value: Any, *, required: bool, method: str) -> int | None:
+    if value is None:
+        if required:
+            raise InvalidInput(
+                f"method {method!r} needs the trainer's global step (an integer >= 0)",
+                field="step",
+            )
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
+        raise InvalidInput(f"must be an integer >= 0, got {value!r}", field="step")
+    return int(value)
+
+
+def _check_prompt_key(value: Any, field: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise InvalidInput("must be a non-empty string", field=field)
+    if len(value) > MAX_PROMPT_KEY_CHARS:
+        raise InvalidInput(f"longer than {MAX_PROMPT_KEY_CHARS} characters", field=field)
+    _check_unicode(value, field)
+    return value
+
+
+def _check_answer(value: Any, field: str) -> str | None:
+    """One answer: a string (bounded, valid Unicode) or None."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidInput(f"must be a string or null, got {type(value).__name__}", field=field)
+    if len(value) > MAX_ANSWER_CHARS:
+        raise InvalidInput(f"longer than {MAX_ANSWER_CHARS} characters", field=field)
+    _check_unicode(value, field)
+    return value
+
+
+def _check_answers(values: Any, n: int, field: str) -> list[str | None] | None:
+    """One string or null per completion."""
+    if values is None:
+        return None
+    if isinstance(values, str) or not isinstance(values, Sequence):
+        raise InvalidInput("must be a list of strings or nulls, one per completion", field=field)
+    if len(values) != n:
+        raise InvalidInput(f"has {len(values)} items but rewards has {n}", field=field)
+    return [_check_answer(a, f"{field}[{i}]") for i, a in enumerate(values)]
 
 
 MAX_ID_CHARS = 256
@@ -134,6 +252,8 @@ class CheckedMember:
     """float32 [D], finite and non-zero."""
     timeout_s: float
     """The member's own, or the default; capped at the maximum."""
+    answer: str | None = None
+    """The member's extracted final answer (None: none given)."""
 
 
 def check_member(
@@ -164,6 +284,13 @@ def check_member(
     spec = get_method(member.method)
     params = _check_params(spec.name, spec.params_model, member.params)
     kind = parse_name(AdvantageKind, member.advantages, "advantages", "advantage kind")
+    if "memory" in spec.needs or kind == AdvantageKind.PASS_AT_K:
+        what = f"method {spec.name!r}" if "memory" in spec.needs else "advantages 'pass_at_k'"
+        raise InvalidInput(
+            f"{what} needs request fields a member submission does not carry yet (step, "
+            "prompt_key / advantage_params): send the whole group to /v1/reweight",
+            field="method" if "memory" in spec.needs else "advantages",
+        )
     reward = _check_number(member.reward, "reward")
     text, vector = None, None
     if _texts_given(member.completion, member.embedding, "completion or embedding", "completion"):
@@ -185,6 +312,7 @@ def check_member(
         completion=text,
         embedding=vector,
         timeout_s=min(float(timeout), max_timeout_s),
+        answer=_check_answer(member.answer, "answer"),
     )
 
 

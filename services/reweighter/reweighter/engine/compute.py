@@ -13,13 +13,26 @@ import torch
 from ..errors import InvalidInput
 from ..methods import batched_advantages, batched_cosine, batched_mean_similarity, get_method
 from ..methods._checks import Batch
+from ..methods.classes import (
+    answer_labels,
+    class_counts,
+    distinct_answers,
+    effective_size,
+    similarity_classes,
+)
+from ..methods.context import MethodContext
 from ..types import AdvantageKind, GroupResult, GroupStats, ReweightResult
 from .checks import Checked
 
 
 def reweight_checked(
-    checked: Checked, vectors: list[np.ndarray], device: torch.device, model: str | None
+    checked: Checked,
+    vectors: list[np.ndarray],
+    device: torch.device,
+    model: str | None,
+    counts: list[list[int]] | None = None,
 ) -> ReweightResult:
+    """`counts`: outcome_ucb's earlier counts per item (-1 for a null answer), from the memory."""
     spec = get_method(checked.method)
     b = len(vectors)
     g_max = max(len(r) for r in checked.rewards)
@@ -32,17 +45,26 @@ def reweight_checked(
             rewards[i, : len(r)] = torch.tensor(r, dtype=torch.float64)
             mask[i, : len(r)] = True
         sim = batched_similarity(vectors, g_max, device)
-        # A method that declares it needs no similarity gets none (it still feeds the stats).
-        new, lam = spec.apply(rewards, sim if spec.needs_similarity else None, mask, checked.params)
         ragged = None if bool(mask.all()) else mask
+        ctx = _context(checked, sim, ragged, counts, device)
+        # A method that declares it needs no similarity gets none (it still feeds the stats).
+        given = sim if spec.needs_similarity else None
+        if spec.needs:
+            new, lam = spec.apply(rewards, given, mask, checked.params, ctx=ctx)
+        else:
+            new, lam = spec.apply(rewards, given, mask, checked.params)
         adv = None
         if checked.advantages != AdvantageKind.NONE:
-            adv = batched_advantages(Batch(new, ragged, False), checked.advantages)
+            adv = batched_advantages(
+                Batch(new, ragged, False), checked.advantages, checked.advantage_params
+            )
         mean_sim = batched_mean_similarity(sim, ragged)
         _all_finite(new, adv, mask)
         new_l, mean_l = new.cpu().tolist(), mean_sim.cpu().tolist()
+        eff_l = effective_size(sim, ragged).cpu().tolist()
         adv_l = adv.cpu().tolist() if adv is not None else None
         lam_l = lam.cpu().tolist() if lam is not None else None
+        classes_l = class_counts(ctx.classes).cpu().tolist() if ctx.classes is not None else None
 
     out = []
     for i, r in enumerate(checked.rewards):
@@ -55,10 +77,39 @@ def reweight_checked(
                 stats=GroupStats(
                     mean_similarity=mean_l[i],
                     lambda_=lam_l[i] if lam_l is not None else None,
+                    effective_size=eff_l[i],
+                    distinct_answers=(
+                        distinct_answers(a) if (a := checked.answers[i]) is not None else None
+                    ),
+                    classes=int(classes_l[i]) if classes_l is not None else None,
                 ),
             )
         )
     return ReweightResult(method=str(checked.method), model=model, groups=out)
+
+
+def _context(
+    checked: Checked,
+    sim: torch.Tensor,
+    ragged: torch.Tensor | None,
+    counts: list[list[int]] | None,
+    device: torch.device,
+) -> MethodContext:
+    """What the method's `needs` ask for: answer classes (given answers win; groups without
+    answers get the embeddings' components at the method's class_threshold), memory counts."""
+    classes = None
+    if "classes" in checked.needs:
+        threshold = float(checked.params.class_threshold)  # type: ignore[attr-defined]
+        classes = similarity_classes(sim, ragged, threshold)
+        for i, answers in enumerate(checked.answers):
+            if answers is not None:
+                classes[i, : len(answers)] = torch.tensor(answer_labels(answers), device=device)
+    count_t = None
+    if counts is not None:
+        count_t = torch.full(sim.shape[:2], -1, dtype=torch.long, device=device)
+        for i, c in enumerate(counts):
+            count_t[i, : len(c)] = torch.tensor(c, dtype=torch.long, device=device)
+    return MethodContext(classes=classes, counts=count_t)
 
 
 def _all_finite(new: torch.Tensor, adv: torch.Tensor | None, mask: torch.Tensor) -> None:

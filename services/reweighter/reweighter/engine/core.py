@@ -21,6 +21,7 @@ from ..config import Settings
 from ..embedding.base import Embedder
 from ..errors import NotReady
 from ..limits import Limits
+from ..memory import AnswerMemory, build_memory
 from ..methods import CATALOG
 from ..timings import current as current_timings
 from ..types import (
@@ -32,6 +33,7 @@ from ..types import (
 )
 from .checks import Checked, check_request, check_texts
 from .compute import reweight_checked
+from .telemetry import GroupTelemetry
 
 # Requests up to this many completions run their tensor math on the event loop: it takes well
 # under a millisecond, less than a thread hop. Larger ones go to a worker thread.
@@ -58,6 +60,9 @@ class ReweightEngine:
         if method_device == "auto":
             method_device = "cuda" if torch.cuda.is_available() else "cpu"
         self.method_device = torch.device(method_device)
+        self._memory: AnswerMemory | None = None
+        self.telemetry = GroupTelemetry()
+        self._memory_lock = threading.Lock()
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -87,13 +92,31 @@ class ReweightEngine:
         assert self._embedder is not None
         return self._embedder
 
+    @property
+    def memory(self) -> AnswerMemory:
+        """The answer memory across steps (outcome_ucb), built on first use from the settings:
+        Redis when REDIS_URL is set, else in process."""
+        if self._memory is None:
+            with self._memory_lock:
+                if self._memory is None:
+                    self._memory = build_memory(self.settings)
+        return self._memory
+
+    @property
+    def memory_built(self) -> AnswerMemory | None:
+        return self._memory
+
     async def aclose(self) -> None:
         if self._embedder is not None:
             await self._embedder.aclose()
+        if self._memory is not None:
+            self._memory.close()
 
     def close(self) -> None:
         if self._embedder is not None:
             self._embedder.close()
+        if self._memory is not None:
+            self._memory.close()
 
     # -- public API ------------------------------------------------------------------------
 
@@ -102,7 +125,7 @@ class ReweightEngine:
         checked = check_request(request, self.limits)
         texts = checked.flat_texts()
         flat = self._require_embedder(lazy=True).encode(texts) if texts else None
-        return self._finish(checked, checked.split(flat))
+        return self._finish(checked, checked.split(flat), self._counts(checked))
 
     async def areweight(self, request: ReweightRequest) -> ReweightResult:
         """Async path for the transports: embedding goes through the dynamic batcher."""
@@ -110,9 +133,12 @@ class ReweightEngine:
         texts = checked.flat_texts()
         flat = await self._aencode(texts) if texts else None
         vectors = checked.split(flat)
+        counts = (
+            await asyncio.to_thread(self._counts, checked) if "memory" in checked.needs else None
+        )
         if sum(len(r) for r in checked.rewards) <= _INLINE_MATH_LIMIT:
-            return self._finish(checked, vectors)
-        return await asyncio.to_thread(self._finish, checked, vectors)
+            return self._finish(checked, vectors, counts)
+        return await asyncio.to_thread(self._finish, checked, vectors, counts)
 
     def embed(self, texts: Sequence[str]) -> EmbedResult:
         check_texts(texts, self.limits)
@@ -162,7 +188,29 @@ class ReweightEngine:
 
     # -- work ------------------------------------------------------------------------------
 
-    def _finish(self, checked: Checked, vectors: list[np.ndarray]) -> ReweightResult:
+    def _counts(self, checked: Checked) -> list[list[int]] | None:
+        """outcome_ucb's earlier counts per item (-1 for a null answer), recording this step.
+
+        Runs after the request was judged and embedded, so a request refused for its input
+        never counts; one that fails later (an overflow) has counted, like a retried call."""
+        if "memory" not in checked.needs:
+            return None
+        assert checked.step is not None
+        items = []
+        for key, answers in zip(checked.prompt_keys, checked.answers, strict=True):
+            assert key is not None and answers is not None
+            items.append((key, checked.step, [a for a in answers if a is not None]))
+        seen = self.memory.observe_many(items)
+        return [
+            [-1 if a is None else seen_g[a] for a in answers or []]
+            for answers, seen_g in zip(checked.answers, seen, strict=True)
+        ]
+
+    def _finish(
+        self, checked: Checked, vectors: list[np.ndarray], counts: list[list[int]] | None = None
+    ) -> ReweightResult:
         uses_model = any(t is not None for t in checked.texts)
         model = self._embedder.model_id if uses_model and self._embedder else None
-        return reweight_checked(checked, vectors, self.method_device, model)
+        result = reweight_checked(checked, vectors, self.method_device, model, counts)
+        self.telemetry.record(result)
+        return result

@@ -13,12 +13,26 @@ is the same whichever order the stack's batch arrived in.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..client import Reweighter
 from ..types import DEFAULT_METHOD, Group, ReweightRequest, ReweightResult
+
+
+def prompt_key(prompt: Any) -> str:
+    """A stable key of a prompt across steps (outcome_ucb's memory) where a stack gives no
+    stable id: the SHA-256 of its text (a chat prompt as canonical JSON)."""
+    raw = prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True, default=str)
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+def answer_or_none(value: Any) -> str | None:
+    """A stack's answer field as the wire takes it: a non-empty string, else None."""
+    return value if isinstance(value, str) and value else None
 
 
 @dataclass(frozen=True)
@@ -46,14 +60,26 @@ def reweight_by_key(
     method: str = str(DEFAULT_METHOD),
     params: Mapping[str, Any] | None = None,
     advantages: str = "none",
+    answers: Sequence[str | None] | None = None,
+    prompt_keys: Sequence[str | None] | None = None,
+    step: int | None = None,
+    advantage_params: Mapping[str, Any] | None = None,
 ) -> Reweighted:
     """Reweight a flat batch in ONE call; completions with equal keys form a group.
 
     Inside a group, members are sorted by `order` (the stack's per-sample index; ties and
     `order=None` keep batch order); groups keep the order of their first member, and a string
     key is the group's id. The answer is scattered back to the batch's positions.
+
+    `answers` (per completion: its extracted final answer or None) and `prompt_keys` (per
+    completion; a group takes its first member's) go with the groups when the stack has them
+    (darling's classes, outcome_ucb's memory, `stats.distinct_answers`); `step` (the trainer's
+    global step) and `advantage_params` (pass_at_k's k) with the request.
     """
     n = len(keys)
+    for name, values in (("answers", answers), ("prompt_keys", prompt_keys)):
+        if values is not None and len(values) != n:
+            raise ValueError(f"{name}: {len(values)} given for {n} completions")
     if not n == len(rewards) == len(completions) == (n if order is None else len(order)):
         raise ValueError(
             f"keys, rewards, completions (and order) differ in length: {n}, {len(rewards)}, "
@@ -73,12 +99,16 @@ def reweight_by_key(
                 rewards=[float(rewards[i]) for i in idx],
                 completions=[completions[i] for i in idx],
                 id=key if isinstance(key, str) else str(g),
+                answers=None if answers is None else [answers[i] for i in idx],
+                prompt_key=None if prompt_keys is None else prompt_keys[idx[0]],
             )
             for g, (key, idx) in enumerate(members.items())
         ],
         method=method,
         params=dict(params or {}),
         advantages=advantages,  # type: ignore[arg-type]
+        advantage_params=dict(advantage_params or {}),
+        step=step,
     )
     result = backend.reweight(request)
     want_adv = advantages != "none"

@@ -9,8 +9,9 @@ from typing import Any
 
 from ..types import Group, ReweightResult
 
-LOGGED = ("mean_similarity", "lambda", "frac_zero_spread", "frac_zero_spread_base", "base_reward",
-          "reward")  # fmt: skip
+LOGGED = ("mean_similarity", "effective_size", "distinct_answers", "classes",
+          "frac_zero_advantage", "lambda", "frac_zero_spread", "frac_zero_spread_base",
+          "base_reward", "reward")  # fmt: skip
 """The statistics logged as reweighter/<name>, averaged per logging step next to TRL's own."""
 
 
@@ -51,11 +52,24 @@ def _spread(values: Sequence[float]) -> float:
 def batch_stats(groups: list[Group], result: ReweightResult) -> dict[str, Any]:
     n = len(groups)
     lams = [g.stats.lambda_ for g in result.groups if g.stats.lambda_ is not None]
+    eff = [g.stats.effective_size for g in result.groups if g.stats.effective_size is not None]
+    distinct = [
+        g.stats.distinct_answers for g in result.groups if g.stats.distinct_answers is not None
+    ]
+    classes = [g.stats.classes for g in result.groups if g.stats.classes is not None]
+    advs = [g.advantages for g in result.groups if g.advantages is not None]
     rewards = [v for g in result.groups for v in g.rewards]
     base = [v for g in groups for v in g.rewards]
     return {
         "mean_similarity": sum(g.stats.mean_similarity for g in result.groups) / n,
         "lambda": sum(lams) / len(lams) if lams else None,
+        # Collapse telemetry, per step: means over the step's groups (docs/methods.md).
+        "effective_size": sum(eff) / len(eff) if eff else None,
+        "distinct_answers": sum(distinct) / len(distinct) if distinct else None,
+        "classes": sum(classes) / len(classes) if classes else None,
+        "frac_zero_advantage": (
+            sum(all(abs(a) < 1e-12 for a in adv) for adv in advs) / len(advs) if advs else None
+        ),
         # Groups whose rewards are all equal give GRPO no signal; reweighting can only help when
         # there is spread to reshape, so both shares are worth watching.
         "frac_zero_spread": sum(_spread(g.rewards) <= 1e-12 for g in result.groups) / n,

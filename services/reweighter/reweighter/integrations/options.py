@@ -47,6 +47,11 @@ class ReweighterOptions(BaseModel):
     advantages: AdvantageKind = Field(
         AdvantageKind.NONE, description="advantages to compute after reweighting"
     )
+    advantage_params: dict[str, Any] = Field(
+        default_factory=dict,
+        description='the estimator\'s parameters: {"k": 4} with advantages: pass_at_k '
+        "(checked by the service: a 422 names advantage_params.k)",
+    )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ReweighterOptions:
@@ -58,11 +63,11 @@ class ReweighterOptions(BaseModel):
             raw = env.get(ENV_PREFIX + name.upper())
             if not raw:
                 continue
-            if name == "params":
+            if name in ("params", "advantage_params"):
                 try:
                     raw = json.loads(raw)
                 except json.JSONDecodeError as e:
-                    raise ValueError(f"{ENV_PREFIX}PARAMS is not JSON: {raw!r}") from e
+                    raise ValueError(f"{ENV_PREFIX}{name.upper()} is not JSON: {raw!r}") from e
             given[name] = raw
         return cls.parse(given, lambda name: ENV_PREFIX + name.upper())
 

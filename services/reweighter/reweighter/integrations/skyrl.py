@@ -30,7 +30,7 @@ from typing import Any
 
 from ..client import DEFAULT_URL, Reweighter, connect
 from ..types import DEFAULT_METHOD
-from ._stacks import reweight_by_key
+from ._stacks import answer_or_none, reweight_by_key
 
 Decode = Callable[[Sequence[int]], str]
 
@@ -42,8 +42,14 @@ def reweight_generator_output(
     *,
     method: str = DEFAULT_METHOD,
     params: Mapping[str, Any] | None = None,
+    answers: Sequence[str | None] | None = None,
+    step: int | None = None,
 ) -> dict[str, Any]:
     """A copy of a SkyRL `GeneratorOutput` whose response-level `rewards` are reweighted.
+
+    `answers` (one per response: its extracted final answer, or None) default to the output's
+    `"answers"` entry when a custom generator adds one; the prompt key is the trajectory's
+    `instance_id`; `step` is the trainer's global step (the mixin passes it).
 
     Groups are `trajectory_ids[i].instance_id`; the text embedded is `decode(response_ids[i])`.
     In step-wise mode only the last step of each trajectory (`is_last_step`) carries the
@@ -59,6 +65,10 @@ def reweight_generator_output(
     responses = generator_output["response_ids"]
     last = generator_output.get("is_last_step") or [True] * len(rewards)
     picked = [i for i in range(len(rewards)) if last[i]]
+    given = answers if answers is not None else generator_output.get("answers")
+    if given is not None and len(given) != len(rewards):
+        raise ValueError(f"answers: {len(given)} given for {len(rewards)} responses")
+    picked_answers = None if given is None else [answer_or_none(given[i]) for i in picked]
     out = reweight_by_key(
         backend,
         [trajectory_ids[i].instance_id for i in picked],
@@ -67,6 +77,9 @@ def reweight_generator_output(
         order=[trajectory_ids[i].repetition_id for i in picked],
         method=method,
         params=params,
+        answers=picked_answers,
+        prompt_keys=[str(trajectory_ids[i].instance_id) for i in picked],
+        step=step,
     )
     new_rewards: list[float] = [float(r) for r in rewards]
     for i, r in zip(picked, out.rewards, strict=True):
@@ -108,6 +121,7 @@ class ReweighterPostprocessMixin:
             lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
             method=self.reweighter_method,
             params=self.reweighter_params,
+            step=getattr(self, "global_step", None),
         )
         # SkyRL copied rollout_metrics into all_metrics (and dropped them) before this hook:
         # ours go straight there, and the output keeps the rollout_metrics it came with.

@@ -24,7 +24,7 @@ from typing import Any
 
 from ..client import Reweighter
 from ..types import DEFAULT_METHOD
-from ._stacks import reweight_by_key
+from ._stacks import answer_or_none, prompt_key, reweight_by_key
 from .options import ReweighterOptions
 
 _NORMALISED = ("grpo", "gspo", "cispo", "reinforce_plus_plus_baseline")
@@ -61,6 +61,18 @@ def _order(i: int, sample: Any) -> tuple[int, int]:
     return (0, sample.index) if sample.index is not None else (1, i)
 
 
+def _answer(sample: Any) -> str | None:
+    """The sample's extracted final answer, where a custom reward function left one: its
+    `metadata["answer"]`, or an "answer"/"pred" key of a dict reward. None otherwise."""
+    meta = getattr(sample, "metadata", None)
+    if isinstance(meta, dict) and answer_or_none(meta.get("answer")) is not None:
+        return meta["answer"]
+    reward = getattr(sample, "reward", None)
+    if isinstance(reward, dict):
+        return answer_or_none(reward.get("answer")) or answer_or_none(reward.get("pred"))
+    return None
+
+
 def make_post_process(
     backend: Reweighter, *, method: str = DEFAULT_METHOD, params: dict[str, Any] | None = None
 ) -> Callable[[Any, Sequence[Any]], tuple[list[float], list[float]]]:
@@ -71,6 +83,8 @@ def make_post_process(
         if not samples:
             return raw, []
         kind = advantage_kind(args)
+        answers = [_answer(s) for s in samples]
+        steps = {s.rollout_id for s in samples if getattr(s, "rollout_id", None) is not None}
         out = reweight_by_key(
             backend,
             [_group_key(i, s) for i, s in enumerate(samples)],
@@ -80,6 +94,9 @@ def make_post_process(
             method=method,
             params=params,
             advantages=kind,
+            answers=answers if any(a is not None for a in answers) else None,
+            prompt_keys=[prompt_key(s.prompt) for s in samples],
+            step=min(steps) if steps else None,
         )
         return raw, out.advantages if out.advantages is not None else out.rewards
 

@@ -21,8 +21,6 @@ groups, the call); the collective is `_distributed.py`, the timings and the logg
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -32,7 +30,7 @@ from typing import Any
 from ..client import Reweighter
 from ..types import AdvantageKind, LongTextPolicy, Method
 from ._distributed import my_part, on_main
-from ._stacks import reweight_by_key
+from ._stacks import prompt_key, reweight_by_key
 from ._trl_stats import Timings, batch_stats, log
 from .options import ReweighterOptions
 
@@ -48,8 +46,9 @@ def completion_text(completion: Any) -> str:
 
 
 def _key(prompt: Any) -> str:
-    raw = prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True, default=str)
-    return hashlib.sha1(raw.encode()).hexdigest()[:12]
+    return prompt_key(prompt)[:12]
+
+
 
 
 @dataclass
@@ -60,6 +59,7 @@ class _Batch:
     texts: list[str]
     rewards: list[float]
     step: int = 0
+    answers: list[str | None] | None = None
 
 
 @dataclass
@@ -83,6 +83,12 @@ class ReweightedReward:
     params: Mapping[str, Any] = field(default_factory=dict)
     advantages: AdvantageKind | str = AdvantageKind.NONE
     num_generations_eval: int | None = None
+    answer_func: RewardFunc | None = None
+    """Optional: each completion's canonical final answer (a string, or None where it gives
+    none), called like a reward function `f(prompts, completions, **columns)`. Sent as the
+    group's `answers`: darling's classes, outcome_ucb's counts, `stats.distinct_answers`."""
+    advantage_params: Mapping[str, Any] = field(default_factory=dict)
+    """The estimator's parameters, e.g. {"k": 4} with advantages="pass_at_k"."""
     on_result: Callable[[dict[str, Any]], None] | None = None
     """Called on every process after each batch with its slice (tracing, tests)."""
     name: str = "reweighted"
@@ -108,8 +114,14 @@ class ReweightedReward:
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any):
         t0 = time.perf_counter()
         base = self._base_rewards(prompts, completions, kwargs)
+        answers = self._answers(prompts, completions, kwargs)
         t1 = time.perf_counter()
-        local = _Batch(list(prompts), [completion_text(c) for c in completions], base, self._step)
+        # The trainer's global step when TRL passes its state (outcome_ucb counts once per
+        # (prompt, step)); else this function's own call count.
+        state = kwargs.get("trainer_state")
+        step = int(getattr(state, "global_step", self._step) if state is not None else self._step)
+        texts = [completion_text(c) for c in completions]
+        local = _Batch(list(prompts), texts, base, step, answers)
         (values, stats), slices, rank = on_main(local, self._reweight_all)
         out = my_part(values, [len(s.texts) for s in slices], rank)
         t2 = time.perf_counter()
@@ -148,6 +160,20 @@ class ReweightedReward:
                     total[i] += w * float(v)
         return total
 
+    def _answers(self, prompts, completions, kwargs) -> list[str | None] | None:
+        if self.answer_func is None:
+            return None
+        columns = {k: v for k, v in kwargs.items() if k not in ("log_metric", "log_extra")}
+        values = list(self.answer_func(prompts=prompts, completions=completions, **columns))
+        if len(values) != len(completions):
+            raise ValueError(
+                f"answer_func returned {len(values)} answers for {len(completions)} completions"
+            )
+        for v in values:
+            if v is not None and not isinstance(v, str):
+                raise TypeError(f"answer_func: answers must be strings or None, got {v!r}")
+        return values
+
     def _reweight_all(self, slices: list[_Batch]) -> tuple[list[float], dict[str, Any]]:
         prompts = [p for s in slices for p in s.prompts]
         texts = [t for s in slices for t in s.texts]
@@ -158,6 +184,9 @@ class ReweightedReward:
         # consecutive runs of `size` (checked to be one prompt each); the key is the group's id
         keys = [f"{step}:{i // size}:{hashes[i - i % size]}" for i in range(len(texts))]
         t0 = time.perf_counter()
+        answers = None
+        if all(s.answers is not None for s in slices):
+            answers = [a for s in slices for a in s.answers or []]
         out = reweight_by_key(
             self.backend,
             keys,
@@ -166,6 +195,10 @@ class ReweightedReward:
             method=str(self.method),
             params=self.params,
             advantages=str(self.advantages),
+            answers=answers,
+            prompt_keys=[prompt_key(p) for p in prompts],
+            step=step,
+            advantage_params=self.advantage_params,
         )
         self.timings.backend_s += time.perf_counter() - t0
         self.timings.calls += 1
@@ -206,6 +239,8 @@ def reweighted(
     api_key: str | None = None,
     long_text: LongTextPolicy | str | None = None,
     timeout_s: float | None = None,
+    answer_func: RewardFunc | None = None,
+    advantage_params: Mapping[str, Any] | None = None,
 ) -> ReweightedReward:
     """The one-liner: `reward_funcs=[reweighted(acc, fmt, num_generations=8, backend=URL)]`.
 
@@ -236,4 +271,6 @@ def reweighted(
         weights=weights,
         num_generations_eval=num_generations_eval,
         **options.request(),
+        answer_func=answer_func,
+        advantage_params=dict(advantage_params or {}),
     )

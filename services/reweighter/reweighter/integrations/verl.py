@@ -160,6 +160,7 @@ class ReweighterRewardManager(RewardManagerBase):
             params=self.params,
             advantages="none",
             timeout_s=self.timeout_s,
+            answer=_answer(extra),
         )
         if not result.complete:
             self._warn_incomplete(result)
@@ -190,3 +191,13 @@ class ReweighterRewardManager(RewardManagerBase):
             self.group_size,
             _HINTS.get(reason, "see docs/integrations.md, failure modes"),
         )
+
+
+def _answer(extra: Mapping[str, Any]) -> str | None:
+    """The sample's extracted final answer, where verl's scorer reports one: `pred` (what
+    verl's math_dapo and other compute_score functions return beside `score`), else `answer`."""
+    for key in ("pred", "answer"):
+        value = extra.get(key)
+        if isinstance(value, str) and value:
+            return value[:4096]
+    return None

@@ -16,13 +16,33 @@ from importlib import import_module
 from typing import Any
 
 from reweighter.methods.catalog import CATALOG, MethodSpec, get_method
-from reweighter.methods.params import DraParams, MmrParams, NoneParams
+from reweighter.methods.params import (
+    DarlingParams,
+    DraParams,
+    MmrParams,
+    NoneParams,
+    OutcomeUcbParams,
+    PassAtKParams,
+)
 from reweighter.types import AdvantageKind, Method
 
 # Public name -> the torch module (in this package) that defines it.
 _LAZY = {
     **dict.fromkeys(("ADVANTAGE_KINDS", "advantages", "batched_advantages"), "advantages"),
     **dict.fromkeys(("dra", "dra_from_similarity"), "dra"),
+    **dict.fromkeys(("darling", "darling_from_similarity"), "darling"),
+    **dict.fromkeys(("outcome_ucb",), "outcome_ucb"),
+    **dict.fromkeys(("pass_at_k",), "pass_at_k"),
+    **dict.fromkeys(
+        (
+            "answer_labels",
+            "class_counts",
+            "distinct_answers",
+            "effective_size",
+            "similarity_classes",
+        ),
+        "classes",
+    ),
     **dict.fromkeys(("mmr", "mmr_from_similarity"), "mmr"),
     **dict.fromkeys(
         (
@@ -59,11 +79,14 @@ sys.modules[__name__].__class__ = _Package
 __all__ = [
     "CATALOG",
     "AdvantageKind",
+    "DarlingParams",
     "DraParams",
     "Method",
     "MethodSpec",
     "MmrParams",
     "NoneParams",
+    "OutcomeUcbParams",
+    "PassAtKParams",
     "get_method",
     *_LAZY,
 ]

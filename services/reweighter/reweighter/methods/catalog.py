@@ -47,6 +47,11 @@ class MethodSpec:
     needs_similarity: bool = True
     """False: the engine calls `kernel` with `sim=None` (the group's similarities are still
     computed for `stats.mean_similarity`)."""
+    needs: tuple[str, ...] = ()
+    """What the engine must build for this method beyond rewards and similarities: "classes"
+    (answer classes, methods/classes.py), "memory" (answer counts at earlier steps; the request
+    then needs `step` and each group `prompt_key` and `answers`). A kernel with needs takes the
+    keyword `ctx` (methods/context.py)."""
 
     @property
     def params_model(self) -> type[BaseModel]:
@@ -76,6 +81,23 @@ CATALOG: dict[str, MethodSpec] = {
             "reward is lambda*r_i - (1-lambda)*max similarity to earlier picks.",
             params=f"{_PARAMS}:MmrParams",
             kernel=f"{_KERNELS}:apply_mmr",
+        ),
+        MethodSpec(
+            Method.DARLING,
+            "Darling (arXiv 2509.02534): r_i * max(d_i, floor), d_i the share of the group "
+            "outside i's answer class (classes from answers, or from embeddings).",
+            params=f"{_PARAMS}:DarlingParams",
+            kernel="reweighter.methods.darling:apply",
+            needs=("classes",),
+        ),
+        MethodSpec(
+            Method.OUTCOME_UCB,
+            "Outcome-based exploration (arXiv 2509.06941): r_i + c / sqrt(1 + N_i), N_i how often "
+            "i's answer was seen for this prompt_key at earlier steps.",
+            params=f"{_PARAMS}:OutcomeUcbParams",
+            kernel="reweighter.methods.outcome_ucb:apply",
+            needs_similarity=False,
+            needs=("memory",),
         ),
         MethodSpec(
             Method.NONE,

@@ -79,6 +79,12 @@ class NoneParams(BaseModel):
 # What a kernel keyword argument must be, for the message a direct Python caller sees.
 _RULES = {
     "similarity_floor": "must be a number in [-1, 1] or None",
+    "class_threshold": "must be a number in [-1, 1]",
+    "diversity_floor": "must be a number in [0, 1]",
+    "scale": "must be a finite number >= 0",
+    "apply_to": 'must be "all" or "correct"',
+    "success_threshold": "must be a finite number",
+    "k": "must be an integer >= 1",
     "eps": "must be a finite number > 0",
     "lam": 'must be a number in [0, 1] or "adaptive"',
     "equal_rewards": 'must be "keep" or "diversify"',
@@ -100,3 +106,80 @@ def kernel_params(model: type[P], **values: Any) -> P:
         name = next((n for n, f in model.model_fields.items() if alias in (n, f.alias)), alias)
         rule = _RULES.get(name, "is not a valid value")
         raise InvalidInput(f"{rule}, got {values.get(name)!r}", field=name) from None
+
+
+CLASS_THRESHOLD = 0.92
+"""Default cosine similarity at which two completions are one answer class (when a group has
+no `answers`). Calibrated on the pickone experiment's logged groups: docs/methods.md, "Answer
+classes", and bench/calibrate_classes.py."""
+
+
+class DarlingParams(BaseModel):
+    model_config = _CONFIG
+
+    class_threshold: float = Field(
+        CLASS_THRESHOLD,
+        ge=-1.0,
+        le=1.0,
+        allow_inf_nan=False,
+        description="For a group without answers: completions whose cosine similarity reaches "
+        "this are one class (connected components). Ignored for groups that carry answers.",
+    )
+    diversity_floor: float = Field(
+        0.1,
+        ge=0.0,
+        le=1.0,
+        allow_inf_nan=False,
+        description="Diversity d_i below this counts as this. 0.1 as the authors' code: a "
+        "group of one class keeps its quality differences (scaled) instead of all rewards 0; "
+        "0.0 gives the paper's formula exactly.",
+    )
+
+
+class OutcomeUcbParams(BaseModel):
+    model_config = _CONFIG
+
+    scale: float = Field(
+        0.5,
+        ge=0.0,
+        allow_inf_nan=False,
+        description="c in r_i + c * min(1, 1/sqrt(N)): the bonus of an answer never seen before.",
+    )
+    apply_to: Literal["all", "correct"] = Field(
+        "all",
+        description='"all": every answer gets its bonus (the paper\'s historical exploration); '
+        '"correct": only completions whose reward reaches success_threshold.',
+    )
+    success_threshold: float = Field(
+        1.0, allow_inf_nan=False, description='A correct answer\'s reward, for apply_to="correct".'
+    )
+
+
+class PassAtKParams(BaseModel):
+    """The `advantage_params` of the `pass_at_k` estimator."""
+
+    model_config = _CONFIG
+
+    k: int = Field(..., ge=1, description="k of pass@k: 1 <= k <= the group's size.")
+    success_threshold: float = Field(
+        1.0,
+        allow_inf_nan=False,
+        description="A completion succeeds when its reward is at least this.",
+    )
+
+    @field_validator("k", mode="before")
+    @classmethod
+    def _whole_number(cls, v: Any) -> Any:
+        """An integer; an integral float too (gRPC's Struct carries every number as a double),
+        never a bool or a string."""
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise ValueError(f"must be an integer >= 1, got {v!r}")
+        if isinstance(v, float) and not (math.isfinite(v) and v == int(v)):
+            raise ValueError(f"must be an integer >= 1, got {v!r}")
+        return int(v)
+
+
+class NoAdvantageParams(BaseModel):
+    """The estimators that take no `advantage_params` (grpo, dr_grpo, none)."""
+
+    model_config = _CONFIG

@@ -48,6 +48,18 @@ def final_answer(response: str) -> str | None:
     return numbers[-1] if numbers else None
 
 
+def canonical_answer(response: str) -> str | None:
+    """The response's final answer in the form answers are compared in (numbers as the
+    shortest exact fraction, "0.50" and "1/2" alike): a group's answer classes (darling,
+    outcome_ucb, stats.distinct_answers). None when it gives none."""
+    given = final_answer(response)
+    if not given:
+        return None
+    a = _normalise(given)
+    number = _as_number(a)
+    return str(number) if number is not None else a[:4096] or None
+
+
 def _normalise(answer: str) -> str:
     a = answer.strip().strip("$").strip().rstrip(".").replace("\\!", "").replace(" ", "")
     return a.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")

@@ -61,9 +61,20 @@ def _pack_struct(msg: Any, value: Any) -> None:
     msg.update(dict(value))
 
 
+def _pack_answer(msg: Any, value: Any) -> None:
+    if value is not None:
+        msg.value = value
+
+
+def _unpack_answer(msg: Any, _: str) -> str | None:
+    """An answer as the wire's element: its string, or None when absent (none extracted)."""
+    return msg.value if msg.HasField("value") else None
+
+
 PACKING: dict[str, tuple[Callable[[Any, Any], None], Callable[[Any, str], Any]]] = {
     pb.Embeddings.DESCRIPTOR.full_name: (_pack_matrix, _unpack_matrix),
     pb.Vector.DESCRIPTOR.full_name: (_pack_vector, lambda m, _: list(m.values)),
+    pb.Answer.DESCRIPTOR.full_name: (_pack_answer, _unpack_answer),
     "google.protobuf.Struct": (_pack_struct, lambda m, _: json_format.MessageToDict(m)),
 }
 """Message types that carry a value of their own (an array, a mapping), not a dataclass."""

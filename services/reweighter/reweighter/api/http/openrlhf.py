@@ -38,7 +38,7 @@ from ...config import OpenRLHFSettings
 from ...errors import InvalidInput, NotReady, Unauthenticated
 from ...types import DEFAULT_METHOD
 from ...verify import Verifier, response_of
-from ...verify.math_answers import math_verifier
+from ...verify.math_answers import canonical_answer, math_verifier
 from ...verify.upstream import UpstreamVerifier
 from ...wire.http import ErrorOut
 from ..metrics import Metrics
@@ -162,11 +162,12 @@ def build_openrlhf_router(
                     reason=MemberReason.SHORT, stats=None, members=1, round=seat.round,
                 )  # fmt: skip
                 return result, True
+            response = response_of(query, prompt)
             result = await assembler.submit(
                 MemberSubmission(
                     seat.group_id, seat.member_id, size, reward,
-                    completion=response_of(query, prompt), method=method,
-                    timeout_s=settings.timeout_s,
+                    completion=response, method=method, timeout_s=settings.timeout_s,
+                    answer=canonical_answer(response),  # the checker's reading of it
                 )
             )  # fmt: skip
             return result, False

@@ -15,36 +15,56 @@ class Embeddings(_message.Message):
     values: _containers.RepeatedScalarFieldContainer[float]
     def __init__(self, dim: _Optional[int] = ..., values: _Optional[_Iterable[float]] = ...) -> None: ...
 
+class Answer(_message.Message):
+    __slots__ = ("value",)
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    value: str
+    def __init__(self, value: _Optional[str] = ...) -> None: ...
+
 class Group(_message.Message):
-    __slots__ = ("id", "rewards", "completions", "embeddings")
+    __slots__ = ("id", "rewards", "completions", "embeddings", "answers", "prompt_key")
     ID_FIELD_NUMBER: _ClassVar[int]
     REWARDS_FIELD_NUMBER: _ClassVar[int]
     COMPLETIONS_FIELD_NUMBER: _ClassVar[int]
     EMBEDDINGS_FIELD_NUMBER: _ClassVar[int]
+    ANSWERS_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_KEY_FIELD_NUMBER: _ClassVar[int]
     id: str
     rewards: _containers.RepeatedScalarFieldContainer[float]
     completions: _containers.RepeatedScalarFieldContainer[str]
     embeddings: Embeddings
-    def __init__(self, id: _Optional[str] = ..., rewards: _Optional[_Iterable[float]] = ..., completions: _Optional[_Iterable[str]] = ..., embeddings: _Optional[_Union[Embeddings, _Mapping]] = ...) -> None: ...
+    answers: _containers.RepeatedCompositeFieldContainer[Answer]
+    prompt_key: str
+    def __init__(self, id: _Optional[str] = ..., rewards: _Optional[_Iterable[float]] = ..., completions: _Optional[_Iterable[str]] = ..., embeddings: _Optional[_Union[Embeddings, _Mapping]] = ..., answers: _Optional[_Iterable[_Union[Answer, _Mapping]]] = ..., prompt_key: _Optional[str] = ...) -> None: ...
 
 class ReweightRequest(_message.Message):
-    __slots__ = ("method", "params", "advantages", "groups")
+    __slots__ = ("method", "params", "advantages", "groups", "advantage_params", "step")
     METHOD_FIELD_NUMBER: _ClassVar[int]
     PARAMS_FIELD_NUMBER: _ClassVar[int]
     ADVANTAGES_FIELD_NUMBER: _ClassVar[int]
     GROUPS_FIELD_NUMBER: _ClassVar[int]
+    ADVANTAGE_PARAMS_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
     method: str
     params: _struct_pb2.Struct
     advantages: str
     groups: _containers.RepeatedCompositeFieldContainer[Group]
-    def __init__(self, method: _Optional[str] = ..., params: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., advantages: _Optional[str] = ..., groups: _Optional[_Iterable[_Union[Group, _Mapping]]] = ...) -> None: ...
+    advantage_params: _struct_pb2.Struct
+    step: int
+    def __init__(self, method: _Optional[str] = ..., params: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., advantages: _Optional[str] = ..., groups: _Optional[_Iterable[_Union[Group, _Mapping]]] = ..., advantage_params: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., step: _Optional[int] = ...) -> None: ...
 
 class GroupStats(_message.Message):
-    __slots__ = ("mean_similarity",)
+    __slots__ = ("mean_similarity", "effective_size", "distinct_answers", "classes")
     MEAN_SIMILARITY_FIELD_NUMBER: _ClassVar[int]
     LAMBDA_FIELD_NUMBER: _ClassVar[int]
+    EFFECTIVE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    DISTINCT_ANSWERS_FIELD_NUMBER: _ClassVar[int]
+    CLASSES_FIELD_NUMBER: _ClassVar[int]
     mean_similarity: float
-    def __init__(self, mean_similarity: _Optional[float] = ..., **kwargs) -> None: ...
+    effective_size: float
+    distinct_answers: int
+    classes: int
+    def __init__(self, mean_similarity: _Optional[float] = ..., effective_size: _Optional[float] = ..., distinct_answers: _Optional[int] = ..., classes: _Optional[int] = ..., **kwargs) -> None: ...
 
 class GroupResult(_message.Message):
     __slots__ = ("id", "rewards", "advantages", "stats")
@@ -135,7 +155,7 @@ class Vector(_message.Message):
     def __init__(self, values: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class SubmitMemberRequest(_message.Message):
-    __slots__ = ("group_id", "member_id", "group_size", "reward", "completion", "embedding", "method", "params", "advantages", "timeout_s", "reuse_ids")
+    __slots__ = ("group_id", "member_id", "group_size", "reward", "completion", "embedding", "method", "params", "advantages", "timeout_s", "reuse_ids", "answer")
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
     GROUP_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -147,6 +167,7 @@ class SubmitMemberRequest(_message.Message):
     ADVANTAGES_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
     REUSE_IDS_FIELD_NUMBER: _ClassVar[int]
+    ANSWER_FIELD_NUMBER: _ClassVar[int]
     group_id: str
     member_id: str
     group_size: int
@@ -158,7 +179,8 @@ class SubmitMemberRequest(_message.Message):
     advantages: str
     timeout_s: float
     reuse_ids: bool
-    def __init__(self, group_id: _Optional[str] = ..., member_id: _Optional[str] = ..., group_size: _Optional[int] = ..., reward: _Optional[float] = ..., completion: _Optional[str] = ..., embedding: _Optional[_Union[Vector, _Mapping]] = ..., method: _Optional[str] = ..., params: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., advantages: _Optional[str] = ..., timeout_s: _Optional[float] = ..., reuse_ids: _Optional[bool] = ...) -> None: ...
+    answer: str
+    def __init__(self, group_id: _Optional[str] = ..., member_id: _Optional[str] = ..., group_size: _Optional[int] = ..., reward: _Optional[float] = ..., completion: _Optional[str] = ..., embedding: _Optional[_Union[Vector, _Mapping]] = ..., method: _Optional[str] = ..., params: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., advantages: _Optional[str] = ..., timeout_s: _Optional[float] = ..., reuse_ids: _Optional[bool] = ..., answer: _Optional[str] = ...) -> None: ...
 
 class MemberError(_message.Message):
     __slots__ = ("type", "code", "message", "field")

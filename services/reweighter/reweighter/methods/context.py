@@ -1,0 +1,23 @@
+"""What a method may need beyond rewards and similarities, built by the engine per batch.
+
+A catalogue entry lists its needs (`MethodSpec.needs`: "classes", "memory"); the engine fills
+the matching fields and passes the context as the keyword `ctx` to kernels that have needs.
+Kernels without needs keep the plain `apply(rewards, sim, mask, params)` signature.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+
+@dataclass(frozen=True)
+class MethodContext:
+    classes: torch.Tensor | None = None
+    """[B, G] long class labels, -1 at masked items (methods/classes.py)."""
+    counts: torch.Tensor | None = None
+    """[B, G] how often each item's answer was seen for its prompt at earlier steps; -1 where
+    the item has no answer (outcome_ucb's memory)."""

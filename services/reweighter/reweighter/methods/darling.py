@@ -1,0 +1,117 @@
+"""Darling: quality x diversity over answer classes (Li et al., "Jointly Reinforcing Diversity
+and Quality in Language Model Generations", arXiv 2509.02534; code facebookresearch/darling).
+
+A group is partitioned into classes (methods/classes.py: from given answers, or connected
+components of the embeddings' cosine graph). With n valid items and |c_i| the size of item i's
+class:
+
+    d_i  = #{j != i : class_j != class_i} / (n - 1) = (n - |c_i|) / (n - 1)
+    r~_i = r_i * max(d_i, diversity_floor)
+
+A completion whose answer nobody else gave keeps its reward (d = 1); n copies of one answer
+each keep `diversity_floor` of theirs. A group of one has no siblings: d = 1.
+
+Against the authors' code (verl/verl/utils/reward_score/partition_reward_vllm_serve.py, read
+for this): the same normalisation, (n - |c_i|) / (n - 1), and the same floor, `max(d, 0.1)`,
+multiplied into the quality reward (their `multiplicative=True` run, with GRPO's std
+normalisation off: our `advantages: "dr_grpo"`). We differ in the classes: theirs come from a
+learned pairwise classifier (P(same) > 0.5, plus exact unigram overlap for answers of at most
+5 words); ours from the answers the reward function extracted, or from embedding similarity
+with a calibrated threshold, because the service has no classifier and an answer string is
+exact where one exists. `diversity_floor=0` gives the paper's formula without the floor.
+
+Rewards are meant to be non-negative qualities (as in the paper): a negative reward times a
+diversity near 1 stays as negative as it was.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from reweighter.errors import InvalidInput
+from reweighter.methods import _checks
+from reweighter.methods.classes import same_class, similarity_classes
+from reweighter.methods.context import MethodContext
+from reweighter.methods.params import DarlingParams, kernel_params
+
+
+def diversity(b: _checks.Batch, labels: torch.Tensor) -> torch.Tensor:
+    """d_i = (n - |c_i|) / (n - 1) per item ([B, G]; 1 for a group of one, 0 at masked items)."""
+    same = same_class(labels)
+    size = same.sum(-1).to(b.rewards.dtype)
+    n = b.counts().unsqueeze(-1)
+    d = torch.where(n > 1, (n - size) / (n - 1).clamp_min(1.0), torch.ones_like(size))
+    return d if b.mask is None else d.masked_fill(~b.mask, 0.0)
+
+
+def _darling(b: _checks.Batch, labels: torch.Tensor, floor: float) -> torch.Tensor:
+    d = diversity(b, labels).clamp_min(floor)
+    out = b.rewards * d
+    return out if b.mask is None else out.masked_fill(~b.mask, 0.0)
+
+
+def _labels(x: object, b: _checks.Batch) -> torch.Tensor:
+    t = x if isinstance(x, torch.Tensor) else torch.as_tensor(x)
+    if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
+        raise InvalidInput(f"must be integer class labels, got dtype {t.dtype}", field="classes")
+    t = t.unsqueeze(0) if b.squeeze and t.dim() == 1 else t
+    if tuple(t.shape) != tuple(b.rewards.shape):
+        raise InvalidInput(
+            f"shape {_checks.shape(t)} does not match rewards {_checks.shape(b.rewards)}",
+            field="classes",
+        )
+    t = t.to(b.rewards.device).long()
+    if b.mask is not None:
+        t = t.masked_fill(~b.mask, -1)
+    if bool((t < 0).any() if b.mask is None else ((t < 0) & b.mask).any()):
+        raise InvalidInput("class labels of valid items must be >= 0", field="classes")
+    return t
+
+
+def darling(
+    rewards: torch.Tensor,
+    classes: torch.Tensor,
+    *,
+    mask: torch.Tensor | None = None,
+    diversity_floor: float = 0.1,
+) -> torch.Tensor:
+    """Darling-reweighted rewards from class labels ([G] or [B, G] integers; items with equal
+    labels are one class); see the module docstring."""
+    p = kernel_params(DarlingParams, diversity_floor=diversity_floor)
+    b = _checks.batch(rewards, mask)
+    return b.unbatch(_darling(b, _labels(classes, b), p.diversity_floor))
+
+
+def darling_from_similarity(
+    rewards: torch.Tensor,
+    sim: torch.Tensor,
+    *,
+    mask: torch.Tensor | None = None,
+    class_threshold: float | None = None,
+    diversity_floor: float = 0.1,
+) -> torch.Tensor:
+    """Darling with classes from cosine similarities ([G, G] or [B, G, G]): the connected
+    components of s_ij >= class_threshold (default: the calibrated CLASS_THRESHOLD)."""
+    values = {"diversity_floor": diversity_floor}
+    if class_threshold is not None:
+        values["class_threshold"] = class_threshold
+    p = kernel_params(DarlingParams, **values)
+    b, s = _checks.prepare(sim, rewards, mask, "similarity", 1)
+    labels = similarity_classes(s, b.mask, p.class_threshold)
+    return b.unbatch(_darling(b, labels, p.diversity_floor))
+
+
+def apply(
+    rewards: torch.Tensor,
+    sim: torch.Tensor | None,
+    mask: torch.Tensor | None,
+    p: DarlingParams,
+    *,
+    ctx: MethodContext,
+) -> tuple[torch.Tensor, None]:
+    """The engine's kernel: classes from `ctx.classes` (built by the engine from answers or the
+    similarities), trusted input."""
+    if ctx.classes is None:
+        raise InvalidInput("method 'darling' needs answer classes", field="answers")
+    b = _checks.trusted(rewards.to(ctx.classes.device), mask)
+    return _darling(b, ctx.classes, p.diversity_floor), None
