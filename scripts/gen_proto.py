@@ -26,8 +26,9 @@ PROTOS = ["reweighter/v1/reweighter.proto"]
 _LOCAL_IMPORT = re.compile(r"^from reweighter\.v1 import (\w+)", re.MULTILINE)
 
 
-def generate(out_root: Path) -> list[Path]:
-    """Run protoc into out_root (layout reweighter/v1/...) and return the files written."""
+def generate(out_root: Path, proto_root: Path = PROTO_ROOT) -> list[Path]:
+    """Run protoc on `proto_root` (the repository's proto/; the route recipe's test gives a
+    copy) into out_root (layout reweighter/v1/...) and return the files written."""
     import grpc_tools
     from grpc_tools import protoc
 
@@ -35,7 +36,7 @@ def generate(out_root: Path) -> list[Path]:
     out_root.mkdir(parents=True, exist_ok=True)
     args = [
         "grpc_tools.protoc",
-        f"-I{PROTO_ROOT}",
+        f"-I{proto_root}",
         f"-I{include}",
         f"--python_out={out_root}",
         f"--pyi_out={out_root}",

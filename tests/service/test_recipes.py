@@ -4,13 +4,18 @@
 one docs row), the copy's service serves the toy over HTTP and gRPC, with its parameters in the
 HTTP schema, /v1/info, the CLI flags and the metrics; the files that changed are exactly the
 recipe's; and leaving out any step fails where the step says.
-"Add a route": a toy route added to a running app gets field-named schema errors and metrics
-under its own label, with nothing listed anywhere.
+"Add a route": applied to a copy of the package and the proto as written (two messages, an RPC,
+the engine coroutine, one call entry; the stubs regenerated), the copy's service serves the toy
+call over HTTP and gRPC and `connect()` reaches it on every backend, with field-named errors,
+its OpenAPI entry and its metrics label; the files that changed are exactly the recipe's; and
+a step left out fails where the step says. A route of a shape of its own (outside the call
+table), added to a running app, still gets field-named schema errors and its metrics label.
 """
 
 from __future__ import annotations
 
 import filecmp
+import importlib.util
 import json
 import os
 import re
@@ -216,7 +221,8 @@ def _changed(copy: Path) -> list[str]:
         original = PACKAGE.parent / rel
         if not original.exists() or not filecmp.cmp(path, original, shallow=False):
             out.append(f"services/reweighter/{rel}")
-    if not filecmp.cmp(copy / "docs" / "methods.md", DOC, shallow=False):
+    doc = copy / "docs" / "methods.md"
+    if doc.exists() and not filecmp.cmp(doc, DOC, shallow=False):
         out.append("docs/methods.md")
     return out
 
@@ -276,7 +282,173 @@ def test_each_step_of_the_method_recipe_is_needed(tmp_path: Path) -> None:
     assert table_problems(doc, {**_catalogue(), "toy": ["weight"]}) == ["toy: no row"]
 
 
-# -- "add a route", on a running app -----------------------------------------------------------
+# -- "add a route", on a copy of the package and the proto ------------------------------------
+
+ROUTE_MESSAGES = """
+
+@dataclass(frozen=True)
+class ToyRequest:
+    weights: Sequence[float] = wire("the weights to add up", non_empty=True)
+
+
+@dataclass(frozen=True)
+class ToyResult:
+    total: float = wire("their sum")
+    count: int = wire("how many there were")
+"""
+ROUTE_PROTO_RPC = "  rpc Toy(ToyRequest) returns (ToyResult);\n"
+ROUTE_PROTO_MESSAGES = """
+message ToyRequest {
+  repeated double weights = 1;
+}
+
+message ToyResult {
+  double total = 1;
+  uint32 count = 2;
+}
+"""
+ROUTE_ENGINE = '''
+    async def atoy(self, request: ToyRequest) -> ToyResult:
+        """The route recipe's toy: the weights' sum and count."""
+        if not request.weights:
+            raise InvalidInput("give at least one weight", field="weights")
+        return ToyResult(total=float(sum(request.weights)), count=len(request.weights))
+
+'''
+ROUTE_SURFACE = "    async def atoy(self, request: ToyRequest) -> ToyResult: ...\n\n"
+ROUTE_CALL = '''        Call("toy", ToyRequest, ToyResult, "Add up the weights."),
+'''
+ROUTE_FILES = [
+    "proto/reweighter/v1/reweighter.proto",
+    "services/reweighter/reweighter/engine/core.py",
+    "services/reweighter/reweighter/engine/surface.py",
+    "services/reweighter/reweighter/types.py",
+    "services/reweighter/reweighter/wire/_proto/reweighter/v1/reweighter_pb2.py",
+    "services/reweighter/reweighter/wire/_proto/reweighter/v1/reweighter_pb2.pyi",
+    "services/reweighter/reweighter/wire/_proto/reweighter/v1/reweighter_pb2_grpc.py",
+    "services/reweighter/reweighter/wire/calls.py",
+]
+"""What the route recipe touches: five files by hand and the three stubs scripts/gen_proto.py
+writes (docs/architecture.md lists the same)."""
+
+
+def _insert(path: Path, anchor: str, text: str, after: bool = False) -> None:
+    body = path.read_text()
+    at = body.index(anchor) + (len(anchor) if after else 0)
+    path.write_text(body[:at] + text + body[at:])
+
+
+def _route_copy(tmp: Path, *, call: bool = True, rpc: bool = True) -> Path:
+    """The package and the proto copied under `tmp`, with the route recipe's steps applied."""
+    pkg = tmp / "pkg" / "reweighter"
+    shutil.copytree(PACKAGE, pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    proto = tmp / "proto" / "reweighter" / "v1" / "reweighter.proto"
+    shutil.copytree(PROTO.parents[2], tmp / "proto")
+    # 1. the request and result messages
+    (pkg / "types.py").write_text((pkg / "types.py").read_text() + ROUTE_MESSAGES)
+    # 2. the RPC and its messages in the proto, and the stubs regenerated
+    if rpc:
+        _insert(proto, "  rpc SubmitMembers(", ROUTE_PROTO_RPC)
+        proto.write_text(proto.read_text() + ROUTE_PROTO_MESSAGES)
+    spec = importlib.util.spec_from_file_location("gen_proto", ROOT / "scripts" / "gen_proto.py")
+    gen = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(gen)  # type: ignore[union-attr]
+    gen.generate(pkg / "wire" / "_proto", proto_root=tmp / "proto")
+    # 3. the engine coroutine, and its line in the engine's surface
+    core = pkg / "engine" / "core.py"
+    _insert(core, "    def info(self) -> EngineInfo:", ROUTE_ENGINE)
+    _insert(core, "from ..types import (\n", "    ToyRequest,\n    ToyResult,\n", after=True)
+    _insert(core, "from ..errors import NotReady", "from ..errors import InvalidInput\n")
+    surface = pkg / "engine" / "surface.py"
+    _insert(surface, "    def info(self) -> EngineInfo: ...", ROUTE_SURFACE)
+    _insert(surface, "from ..types import ", "ToyRequest, ToyResult, ", after=True)
+    # 4. one entry in the call table
+    if call:
+        calls = pkg / "wire" / "calls.py"
+        _insert(calls, "    ]\n}\n", ROUTE_CALL)
+        _insert(calls, "from ..types import ", "ToyRequest, ToyResult, ", after=True)
+    return tmp
+
+
+def _route_changed(copy: Path) -> list[str]:
+    out = _changed(copy)
+    if not filecmp.cmp(copy / "proto" / PROTO.relative_to(PROTO.parents[2]), PROTO, shallow=False):
+        out.append("proto/reweighter/v1/reweighter.proto")
+    return sorted(out)
+
+
+SERVE_ROUTE = textwrap.dedent(
+    """
+    import json
+    import httpx
+    from reweighter.client import connect
+    from reweighter.config import Settings
+    from reweighter.service import BackgroundService
+    from reweighter.types import ToyRequest
+
+    out = {}
+    settings = Settings(host="127.0.0.1", http_port=0, grpc_port=0)
+    with BackgroundService(settings) as svc:
+        urls = {"http": svc.http_url, "grpc": "grpc://" + svc.grpc_target, "inprocess": "inprocess"}
+        for kind, url in urls.items():
+            with connect(url) as client:
+                answer = client.call("toy", ToyRequest([1.5, 2, -0.5]))
+                out[kind] = [type(answer).__name__, answer.total, answer.count]
+                try:
+                    client.call("toy", ToyRequest([]))
+                except Exception as e:
+                    out[kind + "_error"] = [type(e).__name__, e.field]
+        bad = httpx.post(svc.http_url + "/v1/toy", json={"weights": [1, "x"]})
+        out["schema_error"] = [bad.status_code, bad.json()["error"]["field"]]
+        spec = httpx.get(svc.http_url + "/openapi.json").json()
+        out["openapi"] = sorted(spec["paths"]["/v1/toy"]["post"]["requestBody"]["content"]
+                                ["application/json"]["schema"].values())
+        out["metrics"] = 'endpoint="toy"' in httpx.get(svc.http_url + "/metrics").text
+    print(json.dumps(out))
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def route_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _route_copy(tmp_path_factory.mktemp("route"))
+
+
+def test_the_route_recipe_touches_exactly_its_files(route_copy: Path) -> None:
+    assert _route_changed(route_copy) == ROUTE_FILES
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    recipe = doc[doc.index("Adding a route") :]
+    for path in ROUTE_FILES:  # the docs' recipe names every file the test touched
+        assert path.rsplit("/", 1)[-1] in recipe, path
+
+
+def test_a_route_added_by_the_recipe_is_served_everywhere(route_copy: Path) -> None:
+    run = _run(route_copy, SERVE_ROUTE)
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    for kind in ("http", "grpc", "inprocess"):  # 1.5 + 2 - 0.5 = 3.0, three weights
+        assert out[kind] == ["ToyResult", 3.0, 3], kind
+        assert out[kind + "_error"] == ["InvalidInput", "weights"], kind  # the engine's rule
+    assert out["schema_error"] == [422, "weights[1]"]  # the derived model, strict numbers
+    assert out["openapi"] == ["#/components/schemas/ToyIn"]
+    assert out["metrics"]
+
+
+def test_each_step_of_the_route_recipe_is_needed(tmp_path: Path) -> None:
+    use = "from reweighter.wire.calls import get_call\nget_call('toy')\n"
+    run = _run(_route_copy(tmp_path / "no-call", call=False), use)
+    assert "unknown call 'toy'" in run.stderr, run.stderr[-2000:]
+    serve = (
+        "from reweighter.api.grpc.servicer import ReweighterServicer\n"
+        "ReweighterServicer(None, None)\n"
+    )
+    run = _run(_route_copy(tmp_path / "no-rpc"), serve)
+    assert run.returncode == 0, run.stderr[-2000:]  # the complete copy builds its servicer
+    run = _run(_route_copy(tmp_path / "no-rpc-2", rpc=False), serve)
+    assert "KeyError: 'Toy'" in run.stderr, run.stderr[-2000:]  # no RPC in the proto
+
+
+# -- a route of its own shape, on a running app -----------------------------------------------
 
 
 class ToyItem(BaseModel):

@@ -19,8 +19,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from reweighter.client import DEFAULT_TIMEOUT_S
+from reweighter.integrations.options import ReweighterOptions
 from reweighter.methods.catalog import CATALOG, method_names
-from reweighter.types import DEFAULT_METHOD, AdvantageKind, LongTextPolicy
 
 SECTIONS = ("model", "dataset", "rewards", "reweighter")
 
@@ -56,20 +56,18 @@ class DatasetSection(BaseModel):
     limit: int | None = Field(None, ge=1)
 
 
-class ReweighterSection(BaseModel):
+class ReweighterSection(ReweighterOptions):
+    """The `reweighter:` section: the options every integration shares (method, params,
+    advantages, long_text, api_key, timeout_s: reweighter.integrations.options, documented
+    there once) and the trainer's own ways to name the backend, and its trace."""
+
     model_config = ConfigDict(extra="forbid")
     backend: Literal["http", "grpc", "inprocess"] | None = None
     """Inferred from url / grpc when omitted; "inprocess" loads the embedding model here."""
-    url: str | None = None
+    url: str | None = None  # type: ignore[assignment]
+    """An http(s):// URL (the options' url, narrowed: gRPC has its own key)."""
     grpc: str | None = None
-    method: str = DEFAULT_METHOD.value
-    """A name in the method catalogue (reweighter.methods.catalog), checked by `parse`."""
-    params: dict[str, Any] = Field(default_factory=dict)
-    advantages: AdvantageKind = AdvantageKind.NONE
-    long_text: LongTextPolicy | None = None
-    """In-process only: a service's long-text policy is the service's own setting."""
-    api_key: str | None = None
-    timeout_s: float = Field(DEFAULT_TIMEOUT_S, gt=0)
+    timeout_s: float = Field(DEFAULT_TIMEOUT_S, gt=0)  # type: ignore[assignment]
     """Per call (the client's default); the in-process backend has none."""
     trace_dir: str | None = None
     """Write every batch's slices and backend requests/results as JSONL here (audits, tests)."""
@@ -87,6 +85,8 @@ class ReweighterSection(BaseModel):
             raise ValueError("reweighter.backend 'http' needs reweighter.url")
         if self.backend == "grpc" and not self.grpc:
             raise ValueError("reweighter.backend 'grpc' needs reweighter.grpc (host:port)")
+        if self.backend == "inprocess" and self.api_key is not None:
+            raise ValueError("reweighter.api_key applies to a network backend only (url, grpc)")
         if self.backend != "inprocess" and self.long_text is not None:
             raise ValueError(
                 "reweighter.long_text applies to the in-process backend only; "

@@ -22,19 +22,22 @@ From the catalogue the method gets: the HTTP schema (method enum, `params`), `/v
 gRPC `Info`, a `reweighter reweight --<param>` flag per parameter, its metrics label, the
 trainer config's check, and its parameters' errors naming the field on both transports.
 
-Add an HTTP route:
+Add a route (a request/answer call, served over HTTP and gRPC and reached through `connect()`;
+five files by hand, three generated):
 
-1. Its request and response models in `api/http/schemas.py` (requests with `extra="forbid"`),
-   with their conversions to and from the engine's types (`reweighter.types`).
-2. The route in `api/http/router.py` (`build_router`), or a router of its own in `api/http/`
-   included by `create_app`: declare `response_model=`, and run the body inside
-   `with metrics.track("http", "<last segment of its path>", <method name or "">)`.
-3. A method on the HTTP client (`client/http.py`) that sends the request model's JSON and
-   parses the answer with the same response model.
+1. Its request and result messages in `reweighter/types.py`: frozen dataclasses whose fields
+   are declared with `wire("what it is", default)` (reweighter.wire derives the pydantic models,
+   the client's body and the protobuf mapping from them).
+2. The RPC and the same messages (same field names) in proto/reweighter/v1/reweighter.proto,
+   then `python scripts/gen_proto.py` (rewrites the three stubs in `reweighter/wire/_proto`).
+3. The engine coroutine that answers it, `async def a<name>(self, request) -> Result`, in
+   `reweighter/engine/core.py` (judging the request, each error naming its field), and its line
+   in `reweighter/engine/surface.py`.
+4. One entry in `CALLS` (`reweighter/wire/calls.py`): `Call("<name>", Request, Result, "<doc>")`.
 
-From the app's routes the route gets: the field names its schema errors use
-(`api/http/routes.py`: every field of its request models, nested ones included), its metrics
-label for requests refused before the handler, and its OpenAPI entry.
+From the entry the route gets: `POST /v1/<name>` with its models, OpenAPI entry, field-named
+schema errors and metrics label; the gRPC method `<Name>` with its status codes; the shutdown
+drain; and `call("<name>", request)` on every client (HTTP, gRPC, in process).
 """
 
 __version__ = "0.1.0"

@@ -26,9 +26,9 @@ except ModuleNotFoundError as e:  # a light install (`pip install reweighter`) h
     raise (server_extra_missing(e, "the reweighter service") or e) from e
 
 from .api.http.connections import ConnectionGuard, connection_limits, guarded_protocol
-from .api.protocol import EngineProtocol
 from .config import Settings
-from .shutdown import Draining
+from .engine.surface import EngineSurface
+from .shutdown import draining
 
 log = logging.getLogger("reweighter.server")
 
@@ -72,7 +72,7 @@ class Service:
     def __init__(
         self,
         settings: Settings,
-        engine: EngineProtocol | None = None,
+        engine: EngineSurface | None = None,
         *,
         log_config: Any = "uvicorn",
     ) -> None:
@@ -82,7 +82,7 @@ class Service:
             from .engine import ReweightEngine
 
             engine = ReweightEngine(settings)
-        self.engine: EngineProtocol = engine
+        self.engine: EngineSurface = engine
         self._log_config = uvicorn.config.LOGGING_CONFIG if log_config == "uvicorn" else log_config
         self._stop = asyncio.Event()
         self._exit_code = 0
@@ -100,21 +100,19 @@ class Service:
 
         s = self.settings
         # the transports reach the engine through the drain: see stop()
-        self.draining = Draining(self.engine)
+        drained, self.draining = draining(self.engine)
         self.metrics = Metrics(self.engine)
         # one assembler for both transports: HTTP and gRPC members of a group meet here
-        self.assembler = GroupAssembler(self.draining, make_store(s), s)  # type: ignore[arg-type]
+        self.assembler = GroupAssembler(drained, make_store(s), s)
         await self.assembler.start()
         self.metrics.watch_assembly(self.assembler)
-        self.app = create_app(self.draining, s, metrics=self.metrics, assembler=self.assembler)
+        self.app = create_app(drained, s, metrics=self.metrics, assembler=self.assembler)
         # uvicorn runs with lifespan="off" (the Service starts and stops both transports), so
         # the app's lifespan runs here: its shutdown releases what routes hold (the OpenRLHF
         # route's upstream connection pool) once the HTTP server has closed, see stop()
         self._app_lifespan = self.app.router.lifespan_context(self.app)
         await self._app_lifespan.__aenter__()
-        self.grpc = create_grpc_server(
-            self.draining, s, metrics=self.metrics, assembler=self.assembler
-        )
+        self.grpc = create_grpc_server(drained, s, metrics=self.metrics, assembler=self.assembler)
         self.grpc_port = self.grpc.port
         sock = _bind(s.host, s.http_port)
         self.http_port = sock.getsockname()[1]
@@ -231,7 +229,7 @@ class BackgroundService:
         ReweighterClient(svc.http_url).reweight(...)
     """
 
-    def __init__(self, settings: Settings, engine: EngineProtocol | None = None) -> None:
+    def __init__(self, settings: Settings, engine: EngineSurface | None = None) -> None:
         self.settings = settings
         self._engine = engine
         self._started = threading.Event()
@@ -242,7 +240,7 @@ class BackgroundService:
         self.service: Service | None = None
 
     @property
-    def engine(self) -> EngineProtocol:
+    def engine(self) -> EngineSurface:
         assert self.service is not None
         return self.service.engine
 

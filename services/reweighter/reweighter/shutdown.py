@@ -11,34 +11,41 @@ grace period (a thread stuck in native code), it exits anyway.
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import logging
 import os
 import threading
-from collections.abc import Awaitable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Awaitable
+from typing import Any, Generic, TypeVar, cast
 
 from .errors import NotReady
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+E = TypeVar("E")
 
 
-class Draining:
-    """The engine as the transports see it; everything but the async calls is the engine's."""
+class Draining(Generic[E]):
+    """The engine as the transports see it: every coroutine method of the engine is guarded,
+    by construction (a call added to the engine is drained with no edit here); everything else
+    is the engine's own. `draining(engine)` gives it the engine's type."""
 
-    def __init__(self, engine: Any) -> None:
+    def __init__(self, engine: E) -> None:
         self._engine = engine
         self._running: set[asyncio.Task] = set()
         self._expired = False
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._engine, name)
+        attr = getattr(self._engine, name)
+        if not inspect.iscoroutinefunction(attr):
+            return attr
 
-    async def areweight(self, request: Any) -> Any:
-        return await self._guard(self._engine.areweight(request))
+        @functools.wraps(attr)
+        async def drained(*args: Any, **kwargs: Any) -> Any:
+            return await self._guard(attr(*args, **kwargs))
 
-    async def aembed(self, texts: Sequence[str]) -> Any:
-        return await self._guard(self._engine.aembed(texts))
+        return drained
 
     def expire(self) -> None:
         """Answer every running call NotReady now, and every later one at once."""
@@ -63,6 +70,13 @@ class Draining:
             raise _shutting_down() from None
         finally:
             self._running.discard(task)
+
+
+def draining(engine: E) -> tuple[E, Draining[E]]:
+    """The engine behind a drain, typed as the engine (what the transports get), and the drain
+    (what the service expires at shutdown): one object, two views."""
+    drain = Draining(engine)
+    return cast(E, drain), drain
 
 
 def _shutting_down() -> NotReady:

@@ -16,10 +16,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from ..engine.surface import EngineSurface
 from ..errors import ReweighterError
 from ..methods.catalog import CATALOG
 from ..timings import collecting
-from .protocol import EngineProtocol
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 _SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384)
@@ -56,7 +56,7 @@ def _one(kind: type[Any], name: str, doc: str, value: float) -> Any:
 class _EngineCollector(Collector):
     """Reads the engine's embedder counters at scrape time."""
 
-    def __init__(self, engine: EngineProtocol) -> None:
+    def __init__(self, engine: EngineSurface) -> None:
         self.engine = engine
 
     def collect(self) -> Iterator[Any]:
@@ -135,7 +135,7 @@ class _ConnectionCollector(Collector):
 
 
 class Metrics:
-    def __init__(self, engine: EngineProtocol) -> None:
+    def __init__(self, engine: EngineSurface) -> None:
         self.engine = engine
         self._endpoints: set[str] = set()
         self._routes: Callable[[], Iterable[str]] = tuple

@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 from ..config import Settings
 from ..engine.checks import check_member
+from ..engine.surface import EngineSurface
 from ..errors import Overloaded, PreconditionFailed, StoreUnavailable
 from ..limits import Limits
 from .machine import Added, Answered, Bounded, Exists, Full, Mismatch
@@ -58,13 +58,13 @@ class GroupAssembler:
 
     def __init__(
         self,
-        engine: Any,
+        engine: EngineSurface,
         store: AssemblyStore,
         settings: Settings,
         *,
         claim_ttl_s: float = CLAIM_TTL_S,
     ) -> None:
-        self.engine = engine  # anything with `areweight` (the engine, or the service's drain)
+        self.engine = engine  # the engine, or the service's drain of it
         self.store = store
         self.settings = settings
         self.limits = Limits.from_settings(settings)

@@ -1,12 +1,26 @@
-"""What every async client shares: the one set of defaults, the group-member call, built once,
-and the async context manager. A transport implements `_submit` (send one MemberSubmission) and
-`close`."""
+"""The clients' one surface, declared once: `AsyncClientBase` (every async client: reweight,
+embed, info, submit_member, close, the async context manager) and `Reweighter` (what the sync
+clients offer and every integration calls); and the one set of defaults. A transport implements
+`_answer` (one call of reweighter.wire.calls), `embed`, `info`, `_submit` (send one
+MemberSubmission) and `close`."""
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
-from ..types import MemberResult, MemberSubmission
+from ..types import (
+    EmbedResult,
+    EngineInfo,
+    MemberResult,
+    MemberSubmission,
+    ReweightRequest,
+    ReweightResult,
+)
+from ..wire.calls import Call, get_call
+
+if TYPE_CHECKING:
+    from .retry import RetryPolicy
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 """Where `reweighter serve` listens by default (HTTP)."""
@@ -22,7 +36,49 @@ timeout_s plus this before it gives up."""
 C = TypeVar("C", bound="AsyncClientBase")
 
 
+@runtime_checkable
+class Reweighter(Protocol):
+    """What an integration calls. ReweighterClient (HTTP), GrpcReweighterClient and LocalClient
+    (in-process) implement it (client/_sync.SyncClient); for a whole batch, anything with
+    `reweight` will do (a ReweightEngine)."""
+
+    def reweight(self, request: ReweightRequest) -> ReweightResult: ...
+
+    def info(self) -> EngineInfo: ...
+
+    def call(self, name: str, request: Any) -> Any:
+        """One call of reweighter.wire.calls by name (a route the recipe added, too)."""
+        ...
+
+    async def submit_member_async(self, *args: Any, **fields: Any) -> MemberResult:
+        """One member (the arguments of MemberSubmission), awaitable from any event loop."""
+        ...
+
+    def close(self) -> None: ...
+
+
 class AsyncClientBase:
+    """Every async client: one per transport (HTTP, gRPC, in process)."""
+
+    retry: RetryPolicy
+
+    async def reweight(self, request: ReweightRequest) -> ReweightResult:
+        return await self.call("reweight", request)  # type: ignore[no-any-return]
+
+    async def call(self, name: str, request: Any) -> Any:
+        """One request/answer call of the service by its name in reweighter.wire.calls
+        ("reweight", or one the route recipe adds): its request message in, its result out."""
+        return await self._answer(get_call(name), request)
+
+    async def _answer(self, call: Call, request: Any) -> Any:
+        raise NotImplementedError
+
+    async def embed(self, texts: Sequence[str]) -> EmbedResult:
+        raise NotImplementedError
+
+    async def info(self) -> EngineInfo:
+        raise NotImplementedError
+
     async def submit_member(self, *args: Any, **fields: Any) -> MemberResult:
         """Send one member of a group and wait for the group (docs/integrations.md): a
         MemberSubmission, or its fields (group_id, member_id, group_size, reward, then by

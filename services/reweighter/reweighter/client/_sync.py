@@ -13,29 +13,20 @@ import contextlib
 import threading
 import weakref
 from collections.abc import Awaitable, Coroutine, Sequence
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, TypeVar
 
 from ..types import EmbedResult, EngineInfo, MemberResult, ReweightRequest, ReweightResult
-from .retry import RetryPolicy
+from ._base import AsyncClientBase, Reweighter
 
 T = TypeVar("T")
 
 
-class AsyncClient(Protocol):
-    async def reweight(self, request: ReweightRequest) -> ReweightResult: ...
-    async def embed(self, texts: Sequence[str]) -> EmbedResult: ...
-    async def info(self) -> EngineInfo: ...
-    async def submit_member(self, *args: Any, **kwargs: Any) -> MemberResult: ...
-    async def close(self) -> None: ...
-    @property
-    def retry(self) -> RetryPolicy: ...
+A = TypeVar("A", bound=AsyncClientBase)
 
 
-A = TypeVar("A", bound=AsyncClient)
-
-
-class SyncClient(Generic[A]):
-    """`reweight`, `embed`, `info`, `close` and a context manager over an async client."""
+class SyncClient(Reweighter, Generic[A]):
+    """`reweight`, `embed`, `info`, `submit_member`, `close` and a context manager over an async
+    client: the `Reweighter` surface, for every transport."""
 
     async_class: type[A]
     """The async client this class wraps; the constructor takes its arguments."""
@@ -69,6 +60,10 @@ class SyncClient(Generic[A]):
 
     def reweight(self, request: ReweightRequest) -> ReweightResult:
         return self._run(self.aio.reweight(request))
+
+    def call(self, name: str, request: Any) -> Any:
+        """One call of reweighter.wire.calls by name, as the async client's `call`."""
+        return self._run(self.aio.call(name, request))
 
     def embed(self, texts: Sequence[str]) -> EmbedResult:
         return self._run(self.aio.embed(texts))

@@ -4,24 +4,16 @@
     client.reweight(request)                         # a whole batch (TRL, slime, SkyRL)
     await client.submit_member_async(...)            # one member, from any event loop (verl)
 
-Every client `connect` returns implements `Reweighter`, the one surface an integration calls;
-the defaults (URL, ports, timeout) live in client/_base.py and nowhere else.
+Every client `connect` returns implements `Reweighter` (client/_base.py, with the one set of
+defaults: URL, ports, timeout), the one surface an integration calls.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
-from ..types import (
-    AdvantageKind,
-    EngineInfo,
-    MemberResult,
-    Method,
-    ReweightRequest,
-    ReweightResult,
-)
-from ._base import DEFAULT_TIMEOUT_S, DEFAULT_URL
+from ._base import DEFAULT_TIMEOUT_S, DEFAULT_URL, Reweighter
 from .retry import RetryPolicy
 
 if TYPE_CHECKING:
@@ -30,34 +22,6 @@ if TYPE_CHECKING:
 SCHEMES = ("http://", "https://", "grpc://", "grpcs://", "inprocess://")
 INPROCESS = "inprocess"
 """The bare word, as TRL's `reweighted(backend="inprocess")` and the trainer config spell it."""
-
-
-@runtime_checkable
-class Reweighter(Protocol):
-    """What an integration calls. ReweighterClient (HTTP), GrpcReweighterClient and LocalClient
-    (in-process) implement it; for a whole batch, anything with `reweight` will do (a
-    ReweightEngine)."""
-
-    def reweight(self, request: ReweightRequest) -> ReweightResult: ...
-
-    def info(self) -> EngineInfo: ...
-
-    async def submit_member_async(
-        self,
-        group_id: str,
-        member_id: str,
-        group_size: int,
-        reward: float,
-        *,
-        completion: str | None = None,
-        embedding: Sequence[float] | None = None,
-        method: Method | str = ...,
-        params: Mapping[str, Any] | None = None,
-        advantages: AdvantageKind | str = ...,
-        timeout_s: float | None = None,
-    ) -> MemberResult: ...
-
-    def close(self) -> None: ...
 
 
 def connect(
@@ -74,9 +38,21 @@ def connect(
     {"long_text": "tail"}; needs `reweighter[server]`).
 
     `timeout_s` bounds each reweight/embed/info call over the network (default
-    DEFAULT_TIMEOUT_S); members wait by their own `timeout_s`. In process there is no network
-    to wait for, so `timeout_s` and `api_key` do not apply there: a call runs to completion (or
-    raises). The HTTP client also has `ready`/`wait_ready`."""
+    DEFAULT_TIMEOUT_S); members wait by their own `timeout_s`. An option the backend cannot
+    apply is refused (ValueError naming it), never dropped: `settings` (e.g. long_text) set up
+    the in-process engine, while a server is set up by its own flags; in process there is no
+    network to authenticate or to wait for, so `api_key` and `timeout_s` are refused there.
+    The HTTP client also has `ready`/`wait_ready`."""
+    inprocess = url in (INPROCESS, "inprocess://")
+    if settings and not inprocess and url.startswith(SCHEMES):
+        raise ValueError(
+            f"settings {sorted(dict(settings)) if isinstance(settings, Mapping) else settings}: "
+            f"they configure the in-process engine; {url} is a server, set up by its own flags "
+            "(e.g. `reweighter serve --long-text tail`)"
+        )
+    for name, value in (("api_key", api_key), ("timeout_s", timeout_s)):
+        if inprocess and value is not None:
+            raise ValueError(f"{name}: the in-process backend has no network; leave it unset")
     timeout = DEFAULT_TIMEOUT_S if timeout_s is None else float(timeout_s)
     if url.startswith(("http://", "https://")):
         from .http import ReweighterClient
@@ -95,7 +71,7 @@ def connect(
         return GrpcReweighterClient(
             target, api_key=api_key, timeout=timeout, retry=retry, credentials=credentials
         )
-    if url in (INPROCESS, "inprocess://"):
+    if inprocess:
         from .local import LocalClient
 
         return LocalClient(settings=settings, retry=retry)

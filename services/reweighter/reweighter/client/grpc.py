@@ -27,12 +27,18 @@ from ..types import (
     EngineInfo,
     MemberResult,
     MemberSubmission,
-    ReweightRequest,
-    ReweightResult,
 )
 from ..wire._proto.reweighter.v1 import reweighter_pb2 as pb
 from ..wire._proto.reweighter.v1 import reweighter_pb2_grpc as pb_grpc
-from ..wire.grpc import error_from_rpc, from_proto, member_error, proto_to_embed, to_proto
+from ..wire.calls import Call
+from ..wire.grpc import (
+    error_from_rpc,
+    from_proto,
+    member_error,
+    proto_to_embed,
+    rpc_types,
+    to_proto,
+)
 from ._base import DEFAULT_GRPC_TARGET, DEFAULT_TIMEOUT_S, AsyncClientBase
 from ._sync import SyncClient
 from .retry import RetryPolicy
@@ -66,9 +72,10 @@ class AsyncGrpcReweighterClient(AsyncClientBase):
         )
         self._stub = pb_grpc.ReweighterStub(self._channel)
 
-    async def reweight(self, request: ReweightRequest) -> ReweightResult:
-        msg = to_proto(request, pb.ReweightRequest)
-        return from_proto(await self._call(self._stub.Reweight, msg), ReweightResult)
+    async def _answer(self, call: Call, request: Any) -> Any:
+        request_class, _ = rpc_types(call.rpc)
+        answer = await self._call(getattr(self._stub, call.rpc), to_proto(request, request_class))
+        return from_proto(answer, call.result)
 
     async def embed(self, texts: Sequence[str]) -> EmbedResult:
         msg = pb.EmbedRequest(inputs=list(texts))

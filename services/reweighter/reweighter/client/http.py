@@ -30,9 +30,8 @@ from ..types import (
     EngineInfo,
     MemberResult,
     MemberSubmission,
-    ReweightRequest,
-    ReweightResult,
 )
+from ..wire.calls import Call
 from ..wire.http import EmbedIn, EmbedOut, ErrorOut, body, parse
 from ._base import DEFAULT_TIMEOUT_S, DEFAULT_URL, AsyncClientBase
 from ._sync import SyncClient
@@ -99,8 +98,8 @@ class AsyncReweighterClient(AsyncClientBase):
         connect = CONNECT_TIMEOUT_S if total is None else min(total, CONNECT_TIMEOUT_S)
         return aiohttp.ClientTimeout(total=total, sock_connect=connect)
 
-    async def reweight(self, request: ReweightRequest) -> ReweightResult:
-        return await self._call("POST", "/v1/reweight", _parse(ReweightResult), body(request))
+    async def _answer(self, call: Call, request: Any) -> Any:
+        return await self._call("POST", call.path, _parse(call.result), body(request))
 
     async def embed(self, texts: Sequence[str]) -> EmbedResult:
         payload = EmbedIn.wire(texts)

@@ -20,11 +20,13 @@ from ..types import (
     ReweightRequest,
     ReweightResult,
 )
+from ..wire.calls import Call
 from ._base import AsyncClientBase
 from ._sync import SyncClient
 from .retry import RetryPolicy
 
 if TYPE_CHECKING:
+    from ..assembly import GroupAssembler
     from ..config import Settings
     from ..engine import ReweightEngine
 
@@ -52,7 +54,7 @@ class AsyncLocalClient(AsyncClientBase):
         self._engine = engine
         self._owns_engine = engine is None
         self._settings = settings
-        self._assembler: Any = None
+        self._assembler: GroupAssembler | None = None
 
     @property
     def engine(self) -> ReweightEngine:
@@ -67,7 +69,7 @@ class AsyncLocalClient(AsyncClientBase):
         return self._engine
 
     @property
-    def assembler(self) -> Any:
+    def assembler(self) -> GroupAssembler:
         """The GroupAssembler members go through (made on first use)."""
         if self._assembler is None:
             from ..assembly import GroupAssembler, make_store
@@ -82,8 +84,8 @@ class AsyncLocalClient(AsyncClientBase):
             await asyncio.to_thread(engine.load)
         return engine
 
-    async def reweight(self, request: ReweightRequest) -> ReweightResult:
-        return await (await self._loaded()).areweight(request)
+    async def _answer(self, call: Call, request: Any) -> Any:
+        return await getattr(await self._loaded(), call.engine)(request)
 
     async def embed(self, texts: Sequence[str]) -> EmbedResult:
         return await (await self._loaded()).aembed(texts)

@@ -1,6 +1,6 @@
 """The engine: the one place a request is checked (checks.py), embedded and reweighted
 (compute.py), behind ReweightEngine (core.py). Transports see it through
-reweighter.api.protocol.EngineProtocol."""
+reweighter.engine.surface.EngineSurface (every caller is typed against it)."""
 
 from ..errors import server_extra_missing
 

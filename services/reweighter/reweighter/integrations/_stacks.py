@@ -1,5 +1,5 @@
-"""What the stack adapters (TRL, slime, SkyRL, verl) share: their settings from the environment
-and "reweight a flat batch whose groups are given by a key".
+"""What the stack adapters (TRL, slime, SkyRL, verl) share: "reweight a flat batch whose groups
+are given by a key" (their options are integrations/options.py's ReweighterOptions).
 
 The stacks hand over flat lists (one entry per completion) tagged with a group key; the service
 wants groups. `reweight_by_key` does that regrouping once, in one call, and scatters the answers
@@ -13,50 +13,12 @@ is the same whichever order the stack's batch arrived in.
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..client import DEFAULT_TIMEOUT_S, DEFAULT_URL, Reweighter
+from ..client import Reweighter
 from ..types import DEFAULT_METHOD, Group, ReweightRequest, ReweightResult
-
-
-@dataclass(frozen=True)
-class StackSettings:
-    """Client-side settings of an adapter. Stacks whose hook is only a function path (slime)
-    read them from the environment: REWEIGHTER_URL, REWEIGHTER_API_KEY, REWEIGHTER_METHOD,
-    REWEIGHTER_PARAMS (JSON), REWEIGHTER_TIMEOUT_S."""
-
-    url: str = DEFAULT_URL
-    api_key: str | None = None
-    method: str = str(DEFAULT_METHOD)
-    params: Mapping[str, Any] = field(default_factory=dict)
-    timeout_s: float = DEFAULT_TIMEOUT_S
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> StackSettings:
-        env = os.environ if env is None else env
-        raw_params = env.get("REWEIGHTER_PARAMS") or "{}"
-        try:
-            params = json.loads(raw_params)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"REWEIGHTER_PARAMS is not JSON: {raw_params!r}") from e
-        if not isinstance(params, dict):
-            raise ValueError(f"REWEIGHTER_PARAMS must be a JSON object, got {raw_params!r}")
-        raw_timeout = env.get("REWEIGHTER_TIMEOUT_S") or str(DEFAULT_TIMEOUT_S)
-        try:
-            timeout_s = float(raw_timeout)
-        except ValueError:
-            raise ValueError(f"REWEIGHTER_TIMEOUT_S is not a number: {raw_timeout!r}") from None
-        return cls(
-            url=env.get("REWEIGHTER_URL") or DEFAULT_URL,
-            api_key=env.get("REWEIGHTER_API_KEY") or None,
-            method=env.get("REWEIGHTER_METHOD") or str(DEFAULT_METHOD),
-            params=params,
-            timeout_s=timeout_s,
-        )
 
 
 @dataclass(frozen=True)

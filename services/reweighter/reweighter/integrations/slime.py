@@ -22,9 +22,10 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..client import Reweighter, connect
+from ..client import Reweighter
 from ..types import DEFAULT_METHOD
-from ._stacks import StackSettings, reweight_by_key
+from ._stacks import reweight_by_key
+from .options import ReweighterOptions
 
 _NORMALISED = ("grpo", "gspo", "cispo", "reinforce_plus_plus_baseline")
 _STD_NORMALISED = ("grpo", "gspo", "cispo")
@@ -87,9 +88,8 @@ def make_post_process(
 
 @functools.cache
 def _default_hook() -> Callable[[Any, Sequence[Any]], tuple[list[float], list[float]]]:
-    cfg = StackSettings.from_env()
-    client = connect(cfg.url, api_key=cfg.api_key, timeout_s=cfg.timeout_s)
-    return make_post_process(client, method=cfg.method, params=dict(cfg.params))
+    cfg = ReweighterOptions.from_env()
+    return make_post_process(cfg.connect(), method=cfg.method, params=dict(cfg.params))
 
 
 def post_process_rewards(args: Any, samples: Sequence[Any]) -> tuple[list[float], list[float]]:

@@ -12,8 +12,11 @@ turns it into advantages, which is where both papers place the adjustment.
 TRL calls reward functions on each process's slice of the batch, and one prompt's completions may
 straddle two processes. Reweighting needs the whole group, so every process contributes its
 slice, the main process reweights the whole global batch in ONE backend call, and broadcasts the
-result; each process keeps its own part. One call from one place (rather than one per process)
-means one network round trip per step, one batch for the embedder, and no group is ever cut.
+result (`_distributed.on_main`); each process keeps its own part. One call from one place
+(rather than one per process) means one network round trip per step, one batch for the
+embedder, and no group is ever cut. This module is the reward function itself (base rewards,
+groups, the call); the collective is `_distributed.py`, the timings and the logged statistics
+`_trl_stats.py`, the options `options.py`.
 """
 
 from __future__ import annotations
@@ -26,9 +29,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..client import Reweighter, connect
-from ..types import AdvantageKind, Group, LongTextPolicy, Method, ReweightResult
+from ..client import Reweighter
+from ..types import AdvantageKind, LongTextPolicy, Method
+from ._distributed import my_part, on_main
 from ._stacks import reweight_by_key
+from ._trl_stats import Timings, batch_stats, log
+from .options import ReweighterOptions
 
 RewardFunc = Callable[..., Sequence[float | None]]
 
@@ -44,26 +50,6 @@ def completion_text(completion: Any) -> str:
 def _key(prompt: Any) -> str:
     raw = prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True, default=str)
     return hashlib.sha1(raw.encode()).hexdigest()[:12]
-
-
-@dataclass
-class Timings:
-    """Cumulative seconds, so a run can report the share of its wall time spent reweighting."""
-
-    base_s: float = 0.0
-    """In the base reward functions (local slice)."""
-    reweight_s: float = 0.0
-    """Gather + backend call + broadcast: everything reweighting adds to a step."""
-    backend_s: float = 0.0
-    """The backend call alone (main process)."""
-    calls: int = 0
-    """Backend calls (one per training step and reward evaluation)."""
-    groups: int = 0
-    completions: int = 0
-    """Groups and completions reweighted, over all calls."""
-
-    def as_dict(self) -> dict[str, float]:
-        return dict(self.__dict__)
 
 
 @dataclass
@@ -124,12 +110,13 @@ class ReweightedReward:
         base = self._base_rewards(prompts, completions, kwargs)
         t1 = time.perf_counter()
         local = _Batch(list(prompts), [completion_text(c) for c in completions], base, self._step)
-        out, stats = self._reweight_global(local)
+        (values, stats), slices, rank = on_main(local, self._reweight_all)
+        out = my_part(values, [len(s.texts) for s in slices], rank)
         t2 = time.perf_counter()
         self._step += 1
         self.timings.base_s += t1 - t0
         self.timings.reweight_s += t2 - t1
-        self._log(kwargs.get("log_metric"), stats, t2 - t1)
+        log(kwargs.get("log_metric"), stats, t2 - t1)
         if self.on_result is not None:
             self.on_result(
                 {
@@ -161,41 +148,15 @@ class ReweightedReward:
                     total[i] += w * float(v)
         return total
 
-    def _reweight_global(self, local: _Batch) -> tuple[list[float], dict[str, Any]]:
-        world, rank = _world()
-        if world == 1:
-            return self._reweight_slices([local], 0)
-        import torch.distributed as dist
-
-        slices: list[Any] = [None] * world
-        dist.all_gather_object(slices, local)
-        payload: list[Any] = [None]
-        if rank == 0:
-            try:
-                payload[0] = ("ok", self._reweight_all(slices))
-            except Exception as e:  # every rank must learn of the failure, or they hang
-                payload[0] = ("error", f"{type(e).__name__}: {e}")
-        dist.broadcast_object_list(payload, src=0)
-        status, value = payload[0]
-        if status == "error":
-            raise RuntimeError(f"reweighting failed on the main process: {value}")
-        rewards, stats = value
-        start = sum(len(s.texts) for s in slices[:rank])
-        return rewards[start : start + len(local.texts)], stats
-
-    def _reweight_slices(self, slices: list[_Batch], rank: int) -> tuple[list[float], dict]:
-        rewards, stats = self._reweight_all(slices)
-        start = sum(len(s.texts) for s in slices[:rank])
-        return rewards[start : start + len(slices[rank].texts)], stats
-
     def _reweight_all(self, slices: list[_Batch]) -> tuple[list[float], dict[str, Any]]:
         prompts = [p for s in slices for p in s.prompts]
         texts = [t for s in slices for t in s.texts]
         base = [r for s in slices for r in s.rewards]
-        size = self._group_size(prompts)
+        hashes = [_key(p) for p in prompts]  # once per completion
+        size = self._group_size(hashes)
         step = slices[0].step
         # consecutive runs of `size` (checked to be one prompt each); the key is the group's id
-        keys = [f"{step}:{i // size}:{_key(prompts[i - i % size])}" for i in range(len(texts))]
+        keys = [f"{step}:{i // size}:{hashes[i - i % size]}" for i in range(len(texts))]
         t0 = time.perf_counter()
         out = reweight_by_key(
             self.backend,
@@ -212,12 +173,12 @@ class ReweightedReward:
         self.timings.completions += len(texts)
         assert out.request is not None and out.result is not None  # a non-empty batch
         values = out.advantages if out.advantages is not None else out.rewards
-        return values, _stats(list(out.request.groups), out.result)
+        return values, batch_stats(list(out.request.groups), out.result)
 
-    def _group_size(self, prompts: list[Any]) -> int:
-        """num_generations (train) or num_generations_eval, whichever cuts the batch into
-        groups of one prompt each; anything else is a configuration error."""
-        keys = [_key(p) for p in prompts]
+    def _group_size(self, keys: list[str]) -> int:
+        """num_generations (train) or num_generations_eval, whichever cuts the batch (its
+        prompts' hashes) into groups of one prompt each; anything else is a configuration
+        error."""
         candidates = [self.num_generations]
         if self.num_generations_eval and self.num_generations_eval != self.num_generations:
             candidates.append(self.num_generations_eval)
@@ -231,53 +192,6 @@ class ReweightedReward:
             "does not split into groups of one prompt each; set it to GRPOConfig.num_generations"
         )
 
-    def _log(self, log_metric: Callable[[str, float], None] | None, stats: dict, secs: float):
-        """Through TRL's `log_metric` hook: averaged per logging step next to `reward`, `kl`."""
-        if log_metric is None:
-            return
-        for name in (
-            "mean_similarity",
-            "lambda",
-            "frac_zero_spread",
-            "frac_zero_spread_base",
-            "base_reward",
-            "reward",
-        ):
-            if stats.get(name) is not None:
-                log_metric(f"reweighter/{name}", float(stats[name]))
-        log_metric("reweighter/seconds", secs)
-
-
-def _spread(values: Sequence[float]) -> float:
-    return max(values) - min(values)
-
-
-def _stats(groups: list[Group], result: ReweightResult) -> dict[str, Any]:
-    n = len(groups)
-    lams = [g.stats.lambda_ for g in result.groups if g.stats.lambda_ is not None]
-    rewards = [v for g in result.groups for v in g.rewards]
-    base = [v for g in groups for v in g.rewards]
-    return {
-        "mean_similarity": sum(g.stats.mean_similarity for g in result.groups) / n,
-        "lambda": sum(lams) / len(lams) if lams else None,
-        # Groups whose rewards are all equal give GRPO no signal; reweighting can only help when
-        # there is spread to reshape, so both shares are worth watching.
-        "frac_zero_spread": sum(_spread(g.rewards) <= 1e-12 for g in result.groups) / n,
-        "frac_zero_spread_base": sum(_spread(g.rewards) <= 1e-12 for g in groups) / n,
-        "base_reward": sum(base) / len(base),
-        "reward": sum(rewards) / len(rewards),
-        "groups": [g.id for g in groups],
-    }
-
-
-def _world() -> tuple[int, int]:
-    try:
-        import torch.distributed as dist
-    except ImportError:  # pragma: no cover - torch always has it
-        return 1, 0
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_world_size(), dist.get_rank()
-    return 1, 0
 
 
 def reweighted(
@@ -291,24 +205,35 @@ def reweighted(
     num_generations_eval: int | None = None,
     api_key: str | None = None,
     long_text: LongTextPolicy | str | None = None,
+    timeout_s: float | None = None,
 ) -> ReweightedReward:
     """The one-liner: `reward_funcs=[reweighted(acc, fmt, num_generations=8, backend=URL)]`.
 
     `backend` is a `reweighter.client.connect` URL ("http://host:port", "grpc://host:port",
     "inprocess" to load the embedding model here) or an object with `reweight(ReweightRequest)`.
+    The connection options (`api_key`, `timeout_s` per call, `long_text` in process) and the
+    request's (`method`, `params`, `advantages`) are ReweighterOptions' (integrations/options.py):
+    one that the backend cannot apply is refused, never dropped.
     """
-    if isinstance(backend, str):
-        settings = {"long_text": long_text} if long_text is not None else None
-        backend = connect(backend, api_key=api_key, settings=settings)
+    url = backend if isinstance(backend, str) else None
+    options = ReweighterOptions.parse(
+        {"url": url, "api_key": api_key, "timeout_s": timeout_s, "long_text": long_text,
+         "method": str(method), "params": dict(params or {}), "advantages": advantages}
+    )  # fmt: skip
+    if url is not None:
+        backend = options.connect()
     elif not callable(getattr(backend, "reweight", None)):
         raise TypeError("backend must be a URL string or an object with a reweight() method")
+    else:
+        given = {"api_key": api_key, "timeout_s": timeout_s, "long_text": long_text}
+        for name, value in given.items():
+            if value is not None:
+                raise ValueError(f"{name}: applies to a backend given as a URL, not to an object")
     return ReweightedReward(
         reward_funcs=list(reward_funcs),
-        backend=backend,
+        backend=backend,  # type: ignore[arg-type]
         num_generations=num_generations,
         weights=weights,
-        method=method,
-        params=dict(params or {}),
-        advantages=advantages,
         num_generations_eval=num_generations_eval,
+        **options.request(),
     )

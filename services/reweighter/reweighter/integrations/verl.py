@@ -30,8 +30,9 @@ through. Every answer adds `reweighter_raw`, `reweighter_complete` and
 `reweighter_similarity` to `reward_extra_info` (the same keys on every sample, as verl needs).
 
 Other `reward.reweighter` keys: url (any `reweighter.client.connect` URL, default
-http://127.0.0.1:8080), method, params, api_key, timeout_s (a member's wait; the server default
-if unset), group_size (default rollout.n).
+http://127.0.0.1:8080), method, params, api_key (ReweighterOptions, integrations/options.py,
+checked on load: a bad one is refused naming its key), timeout_s (a member's wait; the server
+default if unset), group_size (default rollout.n).
 """
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ from verl import DataProto
 from verl.experimental.reward_loop.reward_manager import get_reward_manager_cls
 from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
 
-from reweighter.client import DEFAULT_URL, Reweighter, connect
-from reweighter.types import DEFAULT_METHOD
+from reweighter.client import Reweighter
+from reweighter.integrations.options import ReweighterOptions
 
 DEFAULT_VAL_SPLITS = ("test", "val", "validation")
 log = logging.getLogger(__name__)
@@ -96,20 +97,24 @@ class ReweighterRewardManager(RewardManagerBase):
             reward_model_tokenizer=reward_model_tokenizer,
         )
         self.group_size = int(cfg.get("group_size") or config.actor_rollout_ref.rollout.n)
-        self.method = str(cfg.get("method", DEFAULT_METHOD))
-        self.params: Mapping[str, Any] = dict(cfg.get("params") or {})
-        self.timeout_s: float | None = cfg.get("timeout_s")
+        # the connection and the request: the shared options model, named as verl's keys
+        shared = ("url", "api_key", "method", "params")  # verl computes its own advantages
+        self.options = ReweighterOptions.parse(
+            {k: (dict(cfg[k]) if k == "params" else cfg[k]) for k in shared if cfg.get(k)},
+            lambda k: f"reward.reweighter.{k}",
+        )
+        self.method = self.options.method
+        self.params: Mapping[str, Any] = self.options.params
+        self.timeout_s: float | None = cfg.get("timeout_s")  # a member's wait, not a call's
         self.member_key: str | None = cfg.get("member_key")
         self.val_splits = tuple(cfg.get("val_splits") or DEFAULT_VAL_SPLITS)
         self._backend = backend
         self._warned: set[tuple[str, int]] = set()
-        self._url = str(cfg.get("url") or DEFAULT_URL)
-        self._api_key: str | None = cfg.get("api_key")
 
     @property
     def backend(self) -> Reweighter:
         if self._backend is None:  # on first use: a manager that only validates opens nothing
-            self._backend = connect(self._url, api_key=self._api_key)
+            self._backend = self.options.connect()
         return self._backend
 
     def member_id(self, ntb: Mapping[str, Any], text: str) -> str:

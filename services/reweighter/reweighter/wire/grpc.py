@@ -205,11 +205,20 @@ def _inner(hint: Any) -> Any:
     return hint
 
 
-# -- what is not a dataclass: embed, the method label, errors ---------------------------
+# -- what is not a dataclass: the RPCs' messages, embed, the method label, errors -------
+
+
+def rpc_types(rpc: str) -> tuple[type[Message], type[Message]]:
+    """The protobuf classes of an RPC's request and answer, read from the service's descriptor."""
+    method = pb.DESCRIPTOR.services_by_name["Reweighter"].methods_by_name[rpc]
+    return getattr(pb, method.input_type.name), getattr(pb, method.output_type.name)
 
 
 def method_of(msg: Any) -> str:
-    """A request's method name for the metrics label, its default applied as the engine will."""
+    """A request's method name for the metrics label, its default applied as the engine will;
+    "" for a request without one."""
+    if "method" not in msg.DESCRIPTOR.fields_by_name:
+        return ""
     return msg.method or str(default_of(ReweightRequest, "method"))
 
 

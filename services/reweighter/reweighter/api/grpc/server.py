@@ -12,13 +12,13 @@ from grpc_reflection.v1alpha import reflection
 
 from ...assembly import GroupAssembler
 from ...config import Settings
+from ...engine.surface import EngineSurface
 from ...errors import Unauthenticated
 from ...limits import grpc_server_options
 from ...wire._proto.reweighter.v1 import reweighter_pb2 as pb
 from ...wire._proto.reweighter.v1 import reweighter_pb2_grpc as pb_grpc
 from ..auth import check_bearer
 from ..metrics import Metrics
-from ..protocol import EngineProtocol
 from .guard import DecodeGuard
 from .servicer import ReweighterServicer, abort
 
@@ -75,7 +75,7 @@ class GrpcServer:
 
     def __init__(
         self,
-        engine: EngineProtocol,
+        engine: EngineSurface,
         settings: Settings,
         metrics: Metrics,
         assembler: GroupAssembler | None = None,
@@ -128,7 +128,7 @@ class GrpcServer:
 
 
 def create_grpc_server(
-    engine: EngineProtocol,
+    engine: EngineSurface,
     settings: Settings | None = None,
     *,
     metrics: Metrics | None = None,

@@ -1,10 +1,9 @@
 """The Reweighter servicer: protobuf in, engine call, protobuf out; errors become status codes
 with the error class and field in trailing metadata (the client rebuilds the same error).
 
-To add an RPC: define it in proto/reweighter/v1/*.proto, regenerate the stubs
-(scripts/gen_proto.py), and add a method here that converts with reweighter.wire.grpc's
-`from_proto` / `to_proto` (derived from the messages) and runs through `_call` (metrics and
-error mapping come with it); the gRPC client gets the matching method.
+The request/answer calls (reweighter.wire.calls: Reweight, and any the route recipe adds) are
+served from their table entry, with no code here; Embed, Info and the member RPCs have shapes
+of their own and are written out.
 """
 
 from __future__ import annotations
@@ -16,10 +15,12 @@ from typing import Any, TypeVar
 import grpc
 
 from ...assembly import GroupAssembler
+from ...engine.surface import EngineSurface
 from ...errors import NotReady, ReweighterError
-from ...types import MemberSubmission, ReweightRequest
+from ...types import MemberSubmission
 from ...wire._proto.reweighter.v1 import reweighter_pb2 as pb
 from ...wire._proto.reweighter.v1 import reweighter_pb2_grpc as pb_grpc
+from ...wire.calls import CALLS, Call
 from ...wire.grpc import (
     embed_inputs,
     embed_to_proto,
@@ -27,10 +28,10 @@ from ...wire.grpc import (
     from_proto,
     member_error_to_proto,
     method_of,
+    rpc_types,
     to_proto,
 )
 from ..metrics import Metrics
-from ..protocol import EngineProtocol
 
 T = TypeVar("T")
 
@@ -39,20 +40,29 @@ class ReweighterServicer(pb_grpc.ReweighterServicer):
     """Translates protobuf to engine calls; errors become status codes naming the field."""
 
     def __init__(
-        self, engine: EngineProtocol, metrics: Metrics, assembler: GroupAssembler | None = None
+        self, engine: EngineSurface, metrics: Metrics, assembler: GroupAssembler | None = None
     ) -> None:
         self.engine = engine
         self.metrics = metrics
         self.assembler = assembler
+        for call in CALLS.values():  # Reweight, and every call the route recipe adds
+            setattr(self, call.rpc, self._rpc(call))
 
-    async def Reweight(self, request: pb.ReweightRequest, context: Any) -> pb.ReweightResponse:
-        async def run() -> pb.ReweightResponse:
-            req = from_proto(request, ReweightRequest)
-            n = sum(len(g.rewards) for g in request.groups)
-            self.metrics.completions.labels("grpc").observe(n)
-            return to_proto(await self.engine.areweight(req), pb.ReweightResponse)
+    def _rpc(self, call: Call) -> Callable[[Any, Any], Awaitable[Any]]:
+        """The method of one call of the table: protobuf to its message, the engine coroutine,
+        the answer's protobuf; metrics and errors through `_call`."""
+        _, answer_class = rpc_types(call.rpc)
 
-        return await self._call(context, "reweight", method_of(request), run)
+        async def rpc(msg: Any, context: Any) -> Any:
+            async def run() -> Any:
+                request = from_proto(msg, call.request)
+                if call.size is not None:
+                    self.metrics.completions.labels("grpc").observe(call.size(request))
+                return to_proto(await getattr(self.engine, call.engine)(request), answer_class)
+
+            return await self._call(context, call.name, method_of(msg), run)
+
+        return rpc
 
     async def Embed(self, request: pb.EmbedRequest, context: Any) -> pb.EmbedResponse:
         async def run() -> pb.EmbedResponse:

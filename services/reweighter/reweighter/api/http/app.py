@@ -18,11 +18,11 @@ from starlette.exceptions import HTTPException
 from ... import __version__
 from ...assembly import GroupAssembler
 from ...config import Settings
+from ...engine.surface import EngineSurface
 from ...errors import InvalidInput, ReweighterError
 from ...limits import max_body_bytes
 from ...wire.http import ErrorOut
 from ..metrics import Metrics
-from ..protocol import EngineProtocol
 from .middleware import BodyLimit, endpoint_name
 from .openrlhf import build_openrlhf_router, is_token_path
 from .router import build_router
@@ -30,7 +30,7 @@ from .routes import RequestFields, route_labels
 
 
 def create_app(
-    engine: EngineProtocol,
+    engine: EngineSurface,
     settings: Settings | None = None,
     *,
     metrics: Metrics | None = None,

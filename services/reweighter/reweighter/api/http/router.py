@@ -1,14 +1,16 @@
 """The HTTP routes: each converts its schema to an engine call and the result back.
 
-To add an endpoint, follow "Add a route" in the `reweighter` package docstring: its messages in
-reweighter.types (wire/http.py derives the models), a route here with `response_model` run
-inside `metrics.track`, an RPC in the servicer, a client method.
+The request/answer calls (reweighter.wire.calls: reweight, and any added by the route recipe
+in the `reweighter` package docstring) are routed from their table entry, with no code here;
+embed, info, the group members and the health routes have shapes of their own.
 The field names of its schema errors and its metrics label come from the route itself
 (routes.py): there is no list to extend.
 """
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request, Response
@@ -16,23 +18,23 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from ...assembly import GroupAssembler
 from ...config import Settings
+from ...engine.surface import EngineSurface
 from ...errors import NotReady
 from ...types import EngineInfo
+from ...wire.calls import CALLS, Call
 from ...wire.http import (
     EmbedIn,
     EmbedOut,
     ErrorOut,
     MemberIn,
     MemberOut,
-    ReweightIn,
-    ReweightOut,
     StatusOut,
     answer,
+    model,
     to_engine,
 )
 from ..auth import check_bearer
 from ..metrics import Metrics
-from ..protocol import EngineProtocol
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorOut, "description": desc}
@@ -57,7 +59,7 @@ _MEMBER_ERRORS: dict[int | str, dict[str, Any]] = {
 
 
 def build_router(
-    engine: EngineProtocol,
+    engine: EngineSurface,
     settings: Settings,
     metrics: Metrics,
     assembler: GroupAssembler | None = None,
@@ -92,12 +94,15 @@ def build_router(
         with metrics.track("http", "info"):
             return engine.info()
 
-    @api.post("/reweight", response_model=ReweightOut)
-    async def reweight(body: ReweightIn) -> ReweightOut:
-        """Reweight each group's rewards by its completions' redundancy (and compute advantages)."""
-        with metrics.track("http", "reweight", body.method):
-            metrics.completions.labels("http").observe(sum(len(g.rewards) for g in body.groups))
-            return answer(await engine.areweight(to_engine(body)))  # type: ignore[return-value]
+    for call in CALLS.values():
+        api.add_api_route(
+            f"/{call.name}",  # under the /v1 prefix: call.path
+            _handler(call, engine, metrics),
+            methods=["POST"],
+            name=call.name,
+            description=call.doc,
+            response_model=model(call.result, inbound=False),
+        )
 
     @api.post("/embed", response_model=EmbedOut)
     async def embed(body: EmbedIn) -> EmbedOut:
@@ -122,3 +127,22 @@ def build_router(
     router.include_router(health)
     router.include_router(api)
     return router
+
+
+def _handler(call: Call, engine: EngineSurface, metrics: Metrics) -> Callable[..., Any]:
+    """The route of one call of the table: the body parsed with the request's model, the engine
+    coroutine, the answer model; the metrics label is the call's name (and the method, if the
+    request has one)."""
+
+    async def handle(body: Any) -> Any:
+        with metrics.track("http", call.name, str(getattr(body, "method", ""))):
+            request = to_engine(body)
+            if call.size is not None:
+                metrics.completions.labels("http").observe(call.size(request))
+            return answer(await getattr(engine, call.engine)(request))
+
+    body = inspect.Parameter(
+        "body", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=model(call.request, True)
+    )
+    handle.__signature__ = inspect.Signature([body])  # type: ignore[attr-defined]
+    return handle
