@@ -189,10 +189,11 @@ def test_retry_after_completion_and_conflicts_over_both_transports(
 
         with ThreadPoolExecutor(1) as pool:
             waiting = pool.submit(_sync_send, http, g[0])  # the group is open while it waits
-            for _ in range(100):
+            for _ in range(1000):  # up to 20 s: a loaded machine
                 if metric(replicas[0].http_url, "reweighter_assembly_waiting_members") >= 1:
                     break
                 time.sleep(0.02)
+            assert metric(replicas[0].http_url, "reweighter_assembly_waiting_members") >= 1
             for client in (http, rpc):  # refused while the group is open, naming the field
                 with pytest.raises(Conflict) as e:
                     _sync_send(client, replace(g[0], reward=0.5))
