@@ -164,7 +164,7 @@ def test_http_and_grpc_give_identical_member_answers(engine: ReweightEngine) -> 
 
 
 def test_the_documented_member_request_and_answer_are_the_wire_format() -> None:
-    """docs/integrations.md's two JSON examples of the contract: the request is a valid member
+    """docs/integrations.md's JSON examples of the contract: each request is a valid member
     (wire model and check_member), the answer has exactly the wire model's fields."""
     import json
 
@@ -174,7 +174,10 @@ def test_the_documented_member_request_and_answer_are_the_wire_format() -> None:
 
     text = (DOCS / "integrations.md").read_text()
     contract = text[text.index("### The contract") : text.index("**gRPC**")]
-    request, answer = (json.loads(b) for b in re.findall(r"```json\n(.*?)```", contract, re.S))
+    # the first member's request, its sibling's, then the first member's answer
+    *requests, answer = (json.loads(b) for b in re.findall(r"```json\n(.*?)```", contract, re.S))
+    assert len(requests) == 2 and {r["member_id"] for r in requests} == {"3", "4"}
+    request = requests[0]
     sub = to_engine(MemberIn.model_validate(request), group_id="uid-17")
     checked = check_member(sub, Limits.from_settings(settings()), default_timeout_s=300,
                            max_timeout_s=1800)  # fmt: skip
