@@ -74,7 +74,7 @@ with initialize_config_module(config_module="verl.trainer.config", version_base=
 cls = resolve_reward_manager_cls(cfg)
 manager = load_reward_manager(cfg, AutoTokenizer.from_pretrained(str(get_model_path())))
 print(json.dumps({"cls": f"{cls.__module__}.{cls.__qualname__}",
-                  "instance": type(manager).__qualname__, "url": manager._url,
+                  "instance": type(manager).__qualname__, "url": manager.options.url,
                   "method": manager.method, "group_size": manager.group_size,
                   "base": type(manager.base).__name__}))
 """
