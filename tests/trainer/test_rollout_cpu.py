@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -31,7 +33,25 @@ CONFIG = REPO / "trainer" / "configs" / "rollout-cpu.yaml"
 PROMPT = "Tom has 6 coins and gets 7 more. How many coins does Tom have? Answer:"
 COMPLETION = " Tom has 13 coins. Answer: 13"
 
+DOC = REPO / "docs" / "trainer.md"
+
 pytestmark = pytest.mark.slow
+
+
+def documented() -> list[list[str]]:
+    """The commands of docs/trainer.md's `rollout-cpu` block (comments and `&` dropped)."""
+    text = DOC.read_text()
+    block = re.compile(r"```bash\n(.*?)```", re.S).search(text, text.index("<!-- rollout-cpu:"))
+    assert block is not None
+    lines = [line.split("#")[0].strip().removesuffix("&").strip() for line in block[1].splitlines()]
+    return [shlex.split(line) for line in lines if line]
+
+
+def test_the_documented_commands_are_the_ones_run_here():
+    serve_rollout, serve_reweighter, train = documented()
+    assert serve_rollout == ["bash", "scripts/rollout-cpu.sh"]
+    assert serve_reweighter == ["reweighter", "serve"]  # reweighter_service: the same command
+    assert train == ["reweighter-train", "--config", "trainer/configs/rollout-cpu.yaml"]
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -84,12 +104,15 @@ def test_serves_trl_and_openai_endpoints(rollout_server):
     assert config["model_config"]["logprobs_mode"] == "processed_logprobs"
     r = requests.post(
         f"{url}/v1/completions",
-        json={"prompt": PROMPT, "max_tokens": 8, "temperature": 0.0, "logprobs": 0},
+        json={"prompt": PROMPT, "max_tokens": 8, "temperature": 0.0, "logprobs": 0,
+              "ignore_eos": True},
         timeout=120,
-    )
+    )  # fmt: skip
     assert r.status_code == 200, r.text
     choice = r.json()["choices"][0]
-    assert choice["text"] and len(choice["logprobs"]["token_logprobs"]) == 8
+    logps = choice["logprobs"]["token_logprobs"]
+    assert len(logps) == 8 and all(-50 < x <= 0 for x in logps), logps
+    assert r.json()["usage"]["completion_tokens"] == 8
 
 
 def _trainer_logps(model, ids: list[int], prompt_len: int):
@@ -170,9 +193,10 @@ def test_documented_run_syncs_every_step(rollout_server, reweighter_service, tmp
     """`reweighter-train --config trainer/configs/rollout-cpu.yaml` (fresh process), its servers
     on this test's ports: 2 steps, a sync before each, TRL's logp difference below 1e-3."""
     out = tmp_path / "run"
+    train = documented()[2]
     proc = subprocess.run(
         [
-            str(Path(sys.executable).with_name("reweighter-train")), "--config", str(CONFIG),
+            str(Path(sys.executable).with_name(train[0])), *train[1:],
             f"vllm_server_base_url={rollout_server.url}",
             f"reweighter.url={reweighter_service.http_url}",
             f"vllm_group_port={free_port()}", f"output_dir={out}",
