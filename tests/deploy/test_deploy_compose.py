@@ -257,6 +257,7 @@ def test_volumes_hold_model_cache_and_checkpoints() -> None:
     assert "models:/cache/huggingface" in mounts["rollout"]
     # One converted policy for both CPU services: the rollout image fills the volume.
     assert "policy:/opt/policy" in mounts["rollout-cpu"]
+    assert c.services["rollout-cpu"].spec["shm_size"] == "1gb"  # vLLM's 160 MiB shm buffer
     assert "policy:/opt/policy:ro" in mounts["trainer-cpu"]
     assert "model.smollm2.cache_dir=/opt/policy" in c.services["trainer-cpu"].spec["command"]
     for name in ("trainer", "trainer-cpu"):
