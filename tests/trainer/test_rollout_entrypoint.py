@@ -70,3 +70,39 @@ def test_defaults_leave_max_model_len_to_vllm(tmp_path):
 def test_model_is_required(tmp_path, env):
     proc = _run(tmp_path, env)
     assert proc.returncode != 0 and "set MODEL" in proc.stderr
+
+
+def test_device_cpu_is_eager_with_a_bounded_kv_cache_and_the_gloo_engine(tmp_path):
+    """DEVICE=cpu (scripts/rollout-cpu.sh, the CPU image): vLLM's argparse keeps the last
+    --weight-transfer-config, so ours replaces the NCCL one TRL puts first."""
+    proc = _run(tmp_path, {"MODEL": "m", "DEVICE": "cpu"})
+    assert proc.returncode == 0, proc.stderr
+    cmd = _vllm_command(json.loads(proc.stdout))
+    assert "--enforce-eager" in cmd
+    configs = [json.loads(cmd[i + 1]) for i, a in enumerate(cmd) if a == "--weight-transfer-config"]
+    assert configs[-1] == {"backend": "gloo"} and configs[0] == {"backend": "nccl"}
+    import argparse
+
+    last = argparse.ArgumentParser()
+    last.add_argument("--weight-transfer-config")
+    known, _ = last.parse_known_args(cmd)
+    assert json.loads(known.weight_transfer_config) == {"backend": "gloo"}
+
+
+def test_device_cpu_exports_the_kv_cache_space(tmp_path):
+    """The default share of memory is 90 % of the RAM on CPU: the entrypoint bounds it."""
+    fake = tmp_path / "bin" / "trl"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho KV=$VLLM_CPU_KVCACHE_SPACE\n")
+    fake.chmod(0o755)
+    env = {"PATH": f"{fake.parent}:{os.environ['PATH']}", "MODEL": "m", "DEVICE": "cpu"}
+    out = subprocess.run(["bash", str(ENTRYPOINT)], env=env, capture_output=True, text=True)
+    assert out.stdout.strip() == "KV=1"
+    env["VLLM_CPU_KVCACHE_SPACE"] = "3"
+    out = subprocess.run(["bash", str(ENTRYPOINT)], env=env, capture_output=True, text=True)
+    assert out.stdout.strip() == "KV=3"
+
+
+def test_unknown_device_is_refused(tmp_path):
+    proc = _run(tmp_path, {"MODEL": "m", "DEVICE": "tpu"})
+    assert proc.returncode == 2 and "DEVICE must be cuda or cpu" in proc.stderr

@@ -5,6 +5,7 @@
     rewards:    {name: weight}: accuracy, format, final_answer, correct, answer_format, cosine
                 (the papers' reward: {answer_format: 1.0, cosine: 2.0}; see rewards.py)
     reweighter: {backend, url | grpc, method, params, advantages, long_text, api_key, ...}
+    rollout:    {weight_sync: auto | gloo | nccl, sync_address} (use_vllm, vllm_mode: server)
 
 Everything here is checked before any model or dataset is loaded, so a typo costs a second,
 not a model download.
@@ -22,7 +23,7 @@ from reweighter.client import DEFAULT_TIMEOUT_S
 from reweighter.integrations.options import ReweighterOptions
 from reweighter.methods.catalog import CATALOG, method_names
 
-SECTIONS = ("model", "dataset", "rewards", "reweighter")
+SECTIONS = ("model", "dataset", "rewards", "reweighter", "rollout")
 
 
 class ConfigError(ValueError):
@@ -103,6 +104,18 @@ class ReweighterSection(ReweighterOptions):
         return "inprocess"
 
 
+class RolloutSection(BaseModel):
+    """How the trainer's weights reach a rollout server (`use_vllm: true, vllm_mode: server`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    weight_sync: Literal["auto", "gloo", "nccl"] = "auto"
+    """auto: TRL's NCCL sync when the trainer has CUDA, else gloo (reweighter_trainer.rollout)."""
+    sync_address: str | None = None
+    """The address the rollout server connects back to (the trainer hosts the rendezvous on
+    vllm_group_port); default: this host's address on the route to the server."""
+    sync_timeout_s: float = Field(120.0, gt=0)
+
+
 class TrainConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     model: ModelSection
@@ -113,6 +126,7 @@ class TrainConfig(BaseModel):
         default_factory=lambda: {"accuracy": 1.0, "format": 0.2}
     )
     reweighter: ReweighterSection = Field(default_factory=ReweighterSection)
+    rollout: RolloutSection = Field(default_factory=RolloutSection)
     grpo: dict[str, Any] = Field(default_factory=dict)
     """Every other top-level key: passed to trl.GRPOConfig."""
 
@@ -197,6 +211,11 @@ def grpo_args(cfg: TrainConfig):
         args = GRPOConfig(**kwargs)
     except (ValueError, TypeError) as e:
         raise ConfigError(f"GRPOConfig: {e}") from e
+    if "rollout" in cfg.model_fields_set and not (args.use_vllm and args.vllm_mode == "server"):
+        raise ConfigError(
+            "rollout: the rollout section needs use_vllm: true and vllm_mode: server "
+            f"(got use_vllm: {args.use_vllm}, vllm_mode: {args.vllm_mode})"
+        )
     if cfg.reweighter.advantages != "none" and args.scale_rewards != "none":
         raise ConfigError(
             "reweighter.advantages: returning the service's advantages needs scale_rewards: none "

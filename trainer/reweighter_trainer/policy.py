@@ -107,6 +107,9 @@ def convert(gguf_file: Path, out_dir: Path) -> Path:
     model = AutoModelForCausalLM.from_pretrained(d, gguf_file=name, dtype=torch.float32)
     _drop_gguf_quantizer(model)
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=out_dir.parent))
+    # mkdtemp makes the directory 0700; the converted model is a shared cache (e.g. an image's
+    # /opt/policy, read by a trainer running as another user), so readable by all.
+    tmp.chmod(0o755)
     try:
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)

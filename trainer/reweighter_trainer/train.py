@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +78,34 @@ def model_path(cfg: TrainConfig) -> str:
     return str(cfg.model.name_or_path)
 
 
+def weight_sync_route(cfg: TrainConfig, args: Any) -> str | None:
+    """None (generation in this process), "nccl" (TRL's own sync) or "gloo" (the CPU route)."""
+    if not (args.use_vllm and args.vllm_mode == "server"):
+        return None
+    if cfg.rollout.weight_sync != "auto":
+        return cfg.rollout.weight_sync
+    import torch
+
+    return "nccl" if torch.cuda.is_available() and not args.use_cpu else "gloo"
+
+
+def generation_summary(cfg: TrainConfig, trainer: Any) -> dict[str, Any]:
+    """Where the completions came from and how often the rollout server got new weights."""
+    route = weight_sync_route(cfg, trainer.args)
+    if route is None:
+        where = "vllm colocate" if trainer.args.use_vllm else "in-process transformers.generate"
+        return {"generation": where}
+    client = getattr(getattr(trainer, "vllm_generation", None), "vllm_client", None)
+    out: dict[str, Any] = {
+        "generation": f"rollout server {getattr(client, 'base_url', '?')}",
+        "weight_sync": route,
+    }
+    if route == "gloo" and client is not None:
+        out.update(weight_syncs=client.syncs, weight_sync_s=client.sync_s,
+                   weight_sync_bytes=client.sync_bytes)  # fmt: skip
+    return out
+
+
 def build_trainer(cfg: TrainConfig) -> tuple[Any, ReweightedReward]:
     """GRPOTrainer with the reweighted reward, checked in the order above; not yet trained."""
     args = grpo_args(cfg)
@@ -111,13 +140,19 @@ def build_trainer(cfg: TrainConfig) -> tuple[Any, ReweightedReward]:
     dataset = load_dataset(cfg.dataset.name, cfg.dataset.split, cfg.dataset.limit)
     path = model_path(cfg)
     tokenizer = AutoTokenizer.from_pretrained(path)
-    trainer = GRPOTrainer(
-        model=path,
-        reward_funcs=[reward],
-        args=args,
-        train_dataset=dataset,
-        processing_class=tokenizer,
-    )
+    sync = nullcontext()
+    if weight_sync_route(cfg, args) == "gloo":
+        from .rollout.client import gloo_weight_sync
+
+        sync = gloo_weight_sync(cfg.rollout.sync_address, cfg.rollout.sync_timeout_s)
+    with sync:
+        trainer = GRPOTrainer(
+            model=path,
+            reward_funcs=[reward],
+            args=args,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+        )
     return trainer, reward
 
 
@@ -137,6 +172,7 @@ def run(cfg: TrainConfig) -> dict[str, Any]:
         "train_wall_s": train_s,
         **t.as_dict(),
         "reweight_share": t.reweight_s / train_s if train_s > 0 else 0.0,
+        **generation_summary(cfg, trainer),
     }
     if trainer.accelerator.is_main_process:
         out = Path(args.output_dir)
