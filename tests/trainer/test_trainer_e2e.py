@@ -162,6 +162,8 @@ def test_server_mode_against_fake_vllm_serve(reweighter_service, fake_vllm, tmp_
                 "use_vllm=true",
                 "vllm_mode=server",
                 f"vllm_server_base_url={fake_vllm}",
+                # TRL's NCCL route (a GPU's default), faked by the shim: on CPU "auto" is gloo
+                "rollout.weight_sync=nccl",
                 "max_steps=2",
             ],
         )
