@@ -263,6 +263,9 @@ def test_math_checker() -> None:
     assert not m(x("The answer is 8."), "7")
     assert m(x("we get \\boxed{x+1}"), "x + 1")
     assert not m(x("no numbers here"), "3")
+    # a LaTeX fraction after a marker or as the last number is the whole fraction
+    assert x("Answer: \\dfrac{1}{2}") == "\\dfrac{1}{2}" and m(x("Answer: \\dfrac{1}{2}"), "0.5")
+    assert m(x("so x = -\\frac{3}{4}"), "-0.75") and not m(x("so x = \\frac{3}{4}"), "4")
     # a worked-solution label (GSM8K's answer column) counts by its final answer; a symbolic
     # label is the answer itself
     assert label_answer("48/2 = 24 in May, 24 + 48 = 72\n#### 72") == "72"

@@ -17,7 +17,9 @@ from typing import Any
 
 from . import Verifier, response_of
 
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?")
+# A LaTeX fraction is one answer, not the numbers inside it: the alternation tries it first at
+# each position, so "\\dfrac{1}{2}" is one token (it once read as "1").
+_NUMBER = re.compile(r"-?\\[dt]?frac\{-?\d+\}\{\d+\}|-?\d[\d,]*(?:\.\d+)?(?:/\d+)?")
 
 
 def _boxed(text: str) -> str | None:
@@ -67,9 +69,9 @@ def _normalise(answer: str) -> str:
 
 def _as_number(answer: str) -> Fraction | None:
     a = _normalise(answer).replace(",", "")
-    m = re.fullmatch(r"\\frac\{(-?\d+)\}\{(\d+)\}", a)
+    m = re.fullmatch(r"(-?)\\frac\{(-?\d+)\}\{(\d+)\}", a)
     if m:
-        a = f"{m.group(1)}/{m.group(2)}"
+        a = f"{m.group(1)}{m.group(2)}/{m.group(3)}".replace("--", "")
     try:
         return Fraction(a)
     except (ValueError, ZeroDivisionError):
