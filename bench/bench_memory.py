@@ -8,6 +8,7 @@ store and B, the in-process store measured in the same run as the baseline. Redi
 given (default the machine's 127.0.0.1:6379) under a unique key prefix, deleted at the end.
 
     .venv/bin/python bench/bench_memory.py [--redis redis://127.0.0.1:6379/0] [--calls 300]
+    .venv/bin/python bench/bench_memory.py --groups 1 --groups 4 --calls 20   # a smoke run
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ def main() -> None:
     ap.add_argument("--redis", default="redis://127.0.0.1:6379/0")
     ap.add_argument("--calls", type=int, default=300)
     ap.add_argument("--g", type=int, default=16)
+    ap.add_argument("--groups", type=int, action="append", help="B per call (default 1, 64, 1024)")
     args = ap.parse_args()
     prefix = f"bench:mem:{uuid.uuid4().hex}:"
     redis_store = RedisMemory(args.redis, ttl_s=3600, max_keys=1_000_000, prefix=prefix)
@@ -55,7 +57,7 @@ def main() -> None:
     print("| store | groups per call | p50 ms | p99 ms | p50 per group µs |")
     print("|---|---:|---:|---:|---:|")
     try:
-        for b in (1, 64, 1024):
+        for b in args.groups or (1, 64, 1024):
             calls = args.calls if b < 1024 else max(16, args.calls // 10)
             for name, store in (
                 ("in process", InProcessMemory(3600, 1_000_000)),

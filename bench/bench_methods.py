@@ -7,8 +7,15 @@ bench/bench_memory.py), on CPU and on CUDA when there is one. Median of several 
 warm-up; the loop baseline is measured in the same run. Prints a markdown table.
 Target (issue 6): 1024 groups x G=16 under 10 ms on CPU.
 
+Then the `engine:` rows: every catalogue method (and `pass_at_k` with method none) as a
+request costs the engine from embeddings, with no transport: `ReweightEngine.reweight` on B
+groups of G precomputed vectors (numpy arrays) and answers, the request checks, similarities,
+stats, the method and GRPO advantages included (outcome_ucb: its in-process memory, a new step
+per run; the Redis round trip is bench/bench_memory.py). No loop baseline for these rows.
+
     .venv/bin/python bench/bench_methods.py            # full grid
     .venv/bin/python bench/bench_methods.py --quick    # a short run
+    .venv/bin/python bench/bench_methods.py --groups 4 --group-size 4 --runs 1   # a smoke run
 """
 
 from __future__ import annotations
@@ -68,12 +75,18 @@ def main() -> None:
     ap.add_argument("--dim", type=int, default=384, help="embedding size (MiniLM: 384)")
     ap.add_argument("--device", action="append", help="cpu / cuda (default: both if present)")
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's)")
+    ap.add_argument("--groups", type=int, action="append", help="B (repeatable; default grid)")
+    ap.add_argument("--group-size", type=int, action="append", help="G (repeatable)")
+    ap.add_argument("--runs", type=int, default=0, help="timed runs per row (default 21; 5 quick)")
+    ap.add_argument("--no-engine", action="store_true", help="skip the engine: rows")
     args = ap.parse_args()
 
     devices = args.device or (["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"])
-    sizes_b = [64, 1024] if args.quick else [64, 256, 1024]
-    sizes_g = [16] if args.quick else [8, 16]
+    sizes_b = args.groups or ([64, 1024] if args.quick else [64, 256, 1024])
+    sizes_g = args.group_size or ([16] if args.quick else [8, 16])
     runs, loop_runs, warmup = (5, 2, 2) if args.quick else (21, 5, 5)
+    if args.runs:
+        runs, loop_runs, warmup = args.runs, min(loop_runs, args.runs), min(warmup, args.runs)
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -128,12 +141,54 @@ def main() -> None:
                         target_row = dev_name == "cpu" and (b, g) == (1024, 16)
                         if target_row and "emb" in name and t_b >= TARGET_MS:
                             missed.append(f"{name} {t_b:.2f} ms")
+                    if not args.no_engine:
+                        _engine_rows(dev_name, r, e, runs, warmup)
     if "cpu" in devices and 1024 in sizes_b and 16 in sizes_g:
         verdict = "missed: " + ", ".join(missed) if missed else "met"
         print(
             f"\nTarget 1024 groups x G=16 < {TARGET_MS:.0f} ms on CPU, from embeddings: {verdict}"
         )
     print(f"Load average at the end: {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
+
+
+def _engine_rows(dev_name: str, r: torch.Tensor, e: torch.Tensor, runs: int, warmup: int) -> None:
+    """One row per catalogue method (and pass_at_k): `ReweightEngine.reweight` from embeddings,
+    GRPO advantages (pass_at_k: k = min(4, G)), answers given (outcome_ucb needs them; darling
+    then takes them as its classes, as a request with answers does)."""
+    import numpy as np
+
+    from reweighter.config import Settings
+    from reweighter.engine import ReweightEngine
+    from reweighter.methods.catalog import method_names
+    from reweighter.types import Group, ReweightRequest
+
+    b, g = r.shape
+    # The default request limits (8192 completions) would refuse 1024 x 16: raised for the bench.
+    limits = {"max_groups": max(1024, b), "max_completions": max(8192, b * g)}
+    eng = ReweightEngine(Settings(redis_url=None, **limits), method_device=dev_name)
+    rewards = r.cpu().tolist()
+    vectors = [np.ascontiguousarray(x, dtype=np.float32) for x in e.cpu().numpy()]
+    gen = torch.Generator().manual_seed(b + g)
+    answers = torch.randint(0, 4, (b, g), generator=gen).tolist()
+    groups = [
+        Group(rewards=rewards[i], embeddings=vectors[i], answers=[str(a) for a in answers[i]],
+              prompt_key=f"bench-prompt-{i}")
+        for i in range(b)
+    ]  # fmt: skip
+    step = iter(range(10**9))
+    cases = [(m, "grpo", {}) for m in method_names()]
+    cases.append(("none", "pass_at_k", {"k": min(4, g)}))
+    try:
+        for method, adv, adv_params in cases:
+            label = f"engine: {method}" if adv != "pass_at_k" else "engine: pass_at_k k=4"
+
+            def one(method: str = method, adv: str = adv, adv_params: dict = adv_params) -> None:
+                eng.reweight(ReweightRequest(groups, method, {}, adv, adv_params, step=next(step)))
+
+            t = _time(one, torch.device(dev_name), runs, warmup)
+            print(f"| {label} | {dev_name} | {b} | {g} | {t:.2f} | - | - |", flush=True)
+    finally:
+        eng.close()
 
 
 if __name__ == "__main__":

@@ -448,6 +448,19 @@ async def test_the_store_expires_open_rounds_and_results(build: Build) -> None:
         ({"embedding": None, "completion": "x" * 4_000_001}, "completion", LimitExceeded),
         ({"embedding": [[1.0, 0.0]]}, "embedding", InvalidInput),
         ({"embedding": []}, "embedding", InvalidInput),
+        ({"answer": 7}, "answer", InvalidInput),
+        ({"method": "outcome_ucb", "prompt_key": "p"}, "step", InvalidInput),
+        ({"method": "outcome_ucb", "prompt_key": "p", "step": -1}, "step", InvalidInput),
+        ({"method": "outcome_ucb", "step": 3}, "prompt_key", InvalidInput),
+        ({"method": "outcome_ucb", "step": 3, "prompt_key": ""}, "prompt_key", InvalidInput),
+        ({"method": "none", "advantages": "pass_at_k"}, "advantage_params.k", InvalidInput),
+        ({"method": "none", "advantages": "pass_at_k", "advantage_params": {"k": 0}},
+         "advantage_params.k", InvalidInput),
+        ({"method": "none", "advantages": "pass_at_k", "advantage_params": {"k": 3}},
+         "advantage_params.k", InvalidInput),  # above group_size 2
+        ({"advantages": "pass_at_k", "advantage_params": {"k": 1}}, "advantages", InvalidInput),
+        ({"advantages": "grpo", "advantage_params": {"k": 1}}, "advantage_params.k",
+         InvalidInput),
     ],
 )
 async def test_bad_members_are_refused_naming_the_field(
@@ -458,6 +471,83 @@ async def test_bad_members_are_refused_naming_the_field(
         await assembler.submit(dataclasses.replace(sub, **change))
     assert e.value.field == field
     assert await assembler.store.counts() == (0, 0)  # nothing half-done
+
+
+def _ucb_members(gid: str, step: int, answers: list[str | None], **kw: object) -> list:
+    """A group of members for outcome_ucb (c = 1, no baseline, added to GRPO's advantages)."""
+    return [
+        MemberSubmission(gid, f"m{i}", len(answers), float(i == 0), embedding=[1.0, float(i)],
+                         method="outcome_ucb", params={"scale": 1.0, "baseline": None},
+                         advantages="grpo", answer=a, step=step, **kw)  # type: ignore[arg-type]
+        for i, a in enumerate(answers)
+    ]  # fmt: skip
+
+
+async def test_members_carry_step_prompt_key_and_advantage_params(
+    build: Build, engine: ReweightEngine
+) -> None:
+    """outcome_ucb and pass_at_k through members, on both stores: the answer equals /v1/reweight
+    on the group in member_id order; the memory counts a step once (a retried member and a
+    second round of the same step count nothing more); members must agree on step,
+    prompt_key and advantage_params (409 naming the field)."""
+    asm = build()
+    key = f"p-{random.random()}"
+    grpo = advantages(torch.tensor([1.0, 0.0, 0.0]), "grpo").tolist()
+
+    async def run(gid: str, step: int, answers: list[str | None]) -> list[float]:
+        subs = _ucb_members(gid, step, answers, prompt_key=key)
+        got = await asyncio.gather(*(asm.submit(m) for m in subs))
+        assert all(r.complete for r in got)
+        return [r.advantage for r in got]  # type: ignore[misc]
+
+    first = await run(f"u1-{key}", 1, ["a", "a", None])
+    assert first == pytest.approx([grpo[0] + 1, grpo[1] + 1, grpo[2]], abs=1e-6)
+    retry = _ucb_members(f"u1-{key}", 1, ["a", "a", None], prompt_key=key)[1]
+    assert (await asm.submit(retry)).advantage == pytest.approx(first[1])
+    # Step 2: "a" was seen twice at step 1 (min(1, 1/sqrt(2))), "b" never.
+    second = await run(f"u2-{key}", 2, ["a", "b", "a"])
+    b2 = 2**-0.5
+    assert second == pytest.approx([grpo[0] + b2, grpo[1] + 1, grpo[2] + b2], abs=1e-6)
+    # Another group id of step 2 (a second round, a replica's retry): the memory is unchanged.
+    again = await run(f"u2b-{key}", 2, ["a", "b", "a"])
+    assert again == pytest.approx(second, abs=1e-6)
+    third = await run(f"u3-{key}", 3, ["b"] * 3)
+    assert third == pytest.approx([grpo[0] + 1, grpo[1] + 1, grpo[2] + 1], abs=1e-6)  # b: 1
+
+    # pass_at_k through members: n = 4, c = 1, k = 2: success 1, failures -1/3.
+    subs = [
+        MemberSubmission(f"pk-{key}", f"m{i}", 4, float(i == 1), embedding=[1.0, float(i)],
+                         method="none", advantages="pass_at_k", advantage_params={"k": 2})
+        for i in range(4)
+    ]  # fmt: skip
+    got = await asyncio.gather(*(asm.submit(m) for m in subs))
+    assert [r.advantage for r in got] == pytest.approx([-1 / 3, 1.0, -1 / 3, -1 / 3])
+
+    # Members of one group must agree.
+    g = _ucb_members(f"agree-{key}", 4, ["a", "b"], prompt_key=key)
+    held = asyncio.create_task(asm.submit(g[0]))
+    await waiting(asm, 1)
+    for change, field in [
+        ({"step": 5}, "step"),
+        ({"prompt_key": key + "x"}, "prompt_key"),
+        ({"method": "none", "params": {}, "advantages": "pass_at_k",
+          "advantage_params": {"k": 1}}, "method"),
+    ]:  # fmt: skip
+        with pytest.raises(PreconditionFailed) as e:
+            await asm.submit(dataclasses.replace(g[1], **change))
+        assert e.value.field == field and e.value.http_status == 409
+    await asm.submit(g[1])
+    assert (await held).complete
+    k = dataclasses.replace(subs[0], group_id=f"pk2-{key}")
+    held = asyncio.create_task(asm.submit(k))
+    await waiting(asm, 1)
+    with pytest.raises(PreconditionFailed) as e:
+        await asm.submit(dataclasses.replace(subs[1], group_id=k.group_id,
+                                             advantage_params={"k": 3}))  # fmt: skip
+    assert e.value.field == "advantage_params"
+    rest = [dataclasses.replace(m, group_id=k.group_id) for m in subs[1:]]
+    await asyncio.gather(*(asm.submit(m) for m in rest))
+    assert (await held).complete
 
 
 async def test_ten_thousand_members_wait_without_threads(engine: ReweightEngine) -> None:

@@ -227,6 +227,8 @@ async def test_a_record_of_another_schema_version_is_refused_not_misread(
 ) -> None:
     """A rolling upgrade: a replica of another version opened the group (its meta says v 99).
     This replica answers a retryable 503 naming both versions and stores nothing."""
+    from reweighter.assembly.records import SCHEMA_VERSION
+
     (rep,) = replicas(engine, shared_redis_url, prefix, n=1)
     try:
         client = redis.Redis.from_url(shared_redis_url, decode_responses=True)
@@ -239,7 +241,7 @@ async def test_a_record_of_another_schema_version_is_refused_not_misread(
         client.set(key, json.dumps(newer, sort_keys=True), keepttl=True)
         with pytest.raises(StoreUnavailable, match="schema version 99") as e:
             await rep.submit(g[1])
-        assert e.value.http_status == 503 and "reads version 1" in e.value.message
+        assert e.value.http_status == 503 and f"reads version {SCHEMA_VERSION}" in e.value.message
         assert client.hlen(f"{prefix}g:upgrade:m") == 1  # the member was not added
         first.cancel()
         await asyncio.gather(first, return_exceptions=True)

@@ -366,3 +366,73 @@ def test_member_answers_reach_darling_across_replicas(replicas: list[BackgroundS
     assert all(r.complete for r in results)
     assert [r.reward for r in results] == pytest.approx([2 / 3, 2 / 3, 0.5, 0.0])
     assert all(r.stats.classes == 3 and r.stats.distinct_answers == 2 for r in results)
+
+
+def test_members_carry_outcome_ucb_and_pass_at_k_on_both_transports(
+    replicas: list[BackgroundService],
+) -> None:
+    """step, prompt_key and advantage_params travel with each member over HTTP and gRPC (the
+    members of one group split across replicas and transports): outcome_ucb's memory counts a
+    step once, pass_at_k gets its k; a missing field is a 422 naming it, a member that differs
+    from its group a 409 naming it, on both transports."""
+    key = f"prompt-{uuid.uuid4().hex}"
+
+    def ucb(gid: str, step: int, answers: list[str | None], **kw: object) -> list:
+        return [
+            MemberSubmission(gid, f"m{i}", len(answers), 0.0, embedding=[1.0, float(i)],
+                             method="outcome_ucb", params={"scale": 1.0, "baseline": None},
+                             answer=a, step=step, prompt_key=key, timeout_s=60, **kw)  # type: ignore[arg-type]
+            for i, a in enumerate(answers)
+        ]  # fmt: skip
+
+    with (
+        ReweighterClient(replicas[0].http_url, api_key=KEY, retry=NO_RETRY) as http,
+        GrpcReweighterClient(replicas[1].grpc_target, api_key=KEY, retry=NO_RETRY) as rpc,
+        ThreadPoolExecutor(4) as pool,
+    ):
+
+        def send_all(members: list[MemberSubmission]) -> list[MemberResult]:
+            futures = [
+                pool.submit((http if i % 2 else rpc).submit_member, m)
+                for i, m in enumerate(members)
+            ]
+            return [f.result(timeout=120) for f in futures]
+
+        first = send_all(ucb(f"u1-{key}", 1, ["a", "a", None]))
+        assert [r.reward for r in first] == pytest.approx([1.0, 1.0, 0.0])
+        second = send_all(ucb(f"u2-{key}", 2, ["a", "b"]))
+        assert [r.reward for r in second] == pytest.approx([2**-0.5, 1.0])  # a twice at step 1
+        pk = [
+            MemberSubmission(f"pk-{key}", f"m{i}", 4, float(i == 1), embedding=[1.0, float(i)],
+                             method="none", advantages="pass_at_k", advantage_params={"k": 2},
+                             timeout_s=60)
+            for i in range(4)
+        ]  # fmt: skip
+        assert [r.advantage for r in send_all(pk)] == pytest.approx([-1 / 3, 1.0, -1 / 3, -1 / 3])
+
+        for client in (http, rpc):
+            bad = ucb(f"bad-{key}", 3, ["a"])[0]
+            for change, field in (
+                ({"step": None}, "step"),
+                ({"prompt_key": None}, "prompt_key"),
+                ({"method": "none", "params": {}, "advantages": "pass_at_k",
+                  "advantage_params": {"k": 2}}, "advantage_params.k"),  # above group_size 1
+            ):  # fmt: skip
+                with pytest.raises(InvalidInput) as e:
+                    client.submit_member(MemberSubmission(**{**bad.__dict__, **change}))
+                assert e.value.field == field
+                assert (e.value.http_status, e.value.grpc_code) == (422, "INVALID_ARGUMENT")
+
+        open_ = ucb(f"agree-{key}", 4, ["a", "b"])
+        held = pool.submit(http.submit_member, open_[0])
+        for _ in range(1000):  # up to 20 s: a loaded machine
+            if metric(replicas[0].http_url, "reweighter_assembly_waiting_members") >= 1:
+                break
+            time.sleep(0.02)
+        for client in (http, rpc):
+            for change, field in (({"step": 5}, "step"), ({"prompt_key": "other"}, "prompt_key")):
+                with pytest.raises(PreconditionFailed) as e:
+                    client.submit_member(MemberSubmission(**{**open_[1].__dict__, **change}))
+                assert e.value.field == field and e.value.http_status == 409
+        assert rpc.submit_member(open_[1]).complete
+        assert held.result(60).complete

@@ -64,14 +64,17 @@ def test_outcome_ucb_across_steps_and_transports(
             prompt_key=key,
         )
         return ReweightRequest(
-            groups=[group], method="outcome_ucb", params={"scale": 1.0}, step=step
+            groups=[group],
+            method="outcome_ucb",
+            params={"scale": 1.0, "baseline": None},
+            step=step,
         )
 
     assert http.reweight(req(1, ["a", "a", None])).groups[0].rewards == [1.0, 1.0, 0.0]
     # The same step over gRPC is a retry: counted once, the identical answer.
     assert grpc_client.reweight(req(1, ["a", "a", None])).groups[0].rewards == [1.0, 1.0, 0.0]
     got = grpc_client.reweight(req(2, ["a", "b"])).groups[0].rewards
-    assert got == pytest.approx([1 / math.sqrt(3), 1.0])
+    assert got == pytest.approx([1 / math.sqrt(2), 1.0])  # a seen twice at step 1
     assert http.reweight(req(2, ["a", "b"])).groups[0].rewards == pytest.approx(got)
 
 
@@ -121,6 +124,16 @@ INVALID = {
         Group([1.0, 0.0], TXT, answers=["a", "b"], prompt_key="p"),
         {"method": "outcome_ucb", "step": -1},
         "step",
+    ),
+    "outcome_ucb baseline not a number or mean": (
+        Group([1.0, 0.0], TXT, answers=["a", "b"], prompt_key="p"),
+        {"method": "outcome_ucb", "step": 1, "params": {"baseline": "max"}},
+        "params.baseline",
+    ),
+    "outcome_ucb target": (
+        Group([1.0, 0.0], TXT, answers=["a", "b"], prompt_key="p"),
+        {"method": "outcome_ucb", "step": 1, "params": {"target": "loss"}},
+        "params.target",
     ),
     "darling threshold out of range": (
         Group([1.0, 0.0], TXT),

@@ -118,7 +118,7 @@ def test_answers_prompt_keys_and_step_reach_the_service(engine):
     backend = Recording(engine)
     f = reweighted(
         ones, num_generations=3, backend=backend, method="outcome_ucb", answer_func=last_word,
-        params={"scale": 1.0},
+        params={"scale": 1.0, "baseline": None},
     )
     metrics = {}
     prompts = ["p1"] * 3 + ["p2"] * 3
@@ -132,9 +132,9 @@ def test_answers_prompt_keys_and_step_reach_the_service(engine):
     assert out == [2.0, 2.0, 2.0, 2.0, 2.0, 1.0]  # nothing seen before: bonus 1; None: none
     assert metrics["reweighter/distinct_answers"] == 1.5  # (2 + 1) / 2
     assert 1.0 <= metrics["reweighter/effective_size"] <= 3.0
-    # The next step sees step 10's answers: "4" twice before, "5" once.
+    # The next step sees step 10's answers: "4" twice before (min(1, 1/sqrt(2))), "5" once (1).
     out = f(["p1"] * 3, ["a 4", "b 5", "c 6"], trainer_state=State(11))
-    assert out == pytest.approx([1 + 1 / 3**0.5, 1 + 1 / 2**0.5, 2.0])
+    assert out == pytest.approx([1 + 1 / 2**0.5, 2.0, 2.0])
 
 
 def test_darling_and_pass_at_k_from_trl(engine):

@@ -23,6 +23,7 @@ def test_one_flag_per_parameter_of_every_method(capsys) -> None:  # noqa: ANN001
         for name, f in spec.params_model.model_fields.items():
             assert f"--{(f.alias or name).replace('_', '-')} VALUE" in usage, name
     assert f"--method {{{','.join(str(m) for m in CATALOG)}}}" in usage
+    assert "--advantages {grpo,dr_grpo,pass_at_k,none}" in usage and "--pass-k K" in usage
 
 
 def test_flag_values_are_what_they_spell() -> None:
@@ -31,6 +32,10 @@ def test_flag_values_are_what_they_spell() -> None:
     assert _params("--method", "mmr", "--lambda", "adaptive") == {"lambda": "adaptive"}
     assert _params("--method", "mmr", "--lambda", "0.25") == {"lambda": 0.25}
     assert _params("--method", "mmr") == {}  # absent: the model's default applies
+    assert _params("--method", "outcome_ucb", "--baseline", "mean") == {"baseline": "mean"}
+    assert _params("--method", "outcome_ucb", "--baseline", "none") == {"baseline": None}
+    assert _params("--method", "outcome_ucb", "--baseline", "1") == {"baseline": 1}
+    assert _params("--method", "outcome_ucb", "--target", "reward") == {"target": "reward"}
 
 
 def test_a_flag_of_another_method_is_an_error(tmp_path: Path, capsys) -> None:  # noqa: ANN001

@@ -110,11 +110,12 @@ def ucb(key: str, step: int, answers: list[str | None], rewards: list[float] | N
         answers=answers,
         prompt_key=key,
     )
-    return req([g], method="outcome_ucb", params={"scale": 1.0}, step=step)
+    return req([g], method="outcome_ucb", params={"scale": 1.0, "baseline": None}, step=step)
 
 
 def bonus(n_before: int) -> float:
-    return 1.0 / math.sqrt(n_before + 1)
+    """The paper's min(1, 1/sqrt(N)), N the count at earlier steps."""
+    return min(1.0, 1.0 / math.sqrt(n_before)) if n_before else 1.0
 
 
 def test_outcome_ucb_across_steps_retries_and_prompt_keys() -> None:
@@ -123,9 +124,10 @@ def test_outcome_ucb_across_steps_retries_and_prompt_keys() -> None:
     assert first == pytest.approx([1.0, 1.0, 1.0, 0.0])  # nothing seen before; null: no bonus
     second = eng.reweight(ucb("p", 2, ["a", "b", "c"])).groups[0].rewards
     assert second == pytest.approx([bonus(2), bonus(1), bonus(0)])
+    assert second == pytest.approx([1 / math.sqrt(2), 1.0, 1.0])
     assert eng.reweight(ucb("p", 2, ["a", "b", "c"])).groups[0].rewards == second  # a retry
     third = eng.reweight(ucb("p", 3, ["a", "c"])).groups[0].rewards
-    assert third == pytest.approx([bonus(3), bonus(1)])  # step 2 counted once
+    assert third == pytest.approx([1 / math.sqrt(3), bonus(1)])  # step 2 counted once
     other = eng.reweight(ucb("q", 3, ["a"])).groups[0].rewards
     assert other == pytest.approx([1.0])  # another prompt key: nothing seen
     assert eng.memory.size() == 2
@@ -149,8 +151,40 @@ def test_outcome_ucb_needs_its_fields() -> None:
         with pytest.raises(InvalidInput) as e:
             eng.reweight(req([g], method="outcome_ucb", step=bad))
         assert field_of(e) == "step"
-    # A refused request never counted: step 1 still sees nothing.
-    assert eng.reweight(req([g], method="outcome_ucb", step=1)).groups[0].rewards == [1.5]
+    # A refused request never counted: step 1 still sees nothing (c = 0.2, b0 = 0.5: +0.1).
+    assert eng.reweight(req([g], method="outcome_ucb", step=1)).groups[0].rewards == [
+        pytest.approx(1.1)
+    ]
+
+
+def test_outcome_ucb_goes_after_the_estimator_as_the_paper() -> None:
+    """target "advantage" (default): A = GRPO(r) + c (b - b0), the rewards unchanged; an
+    unsolved group (rewards all 0) still gets the term. target "reward": GRPO(r + term)."""
+    from reweighter.methods import advantages
+
+    eng = engine()
+    seen = Group(rewards=[0.0] * 4, embeddings=E4, answers=["b"] * 4, prompt_key="p")
+    eng.reweight(req([seen], method="outcome_ucb", step=1))  # b seen 4 times: b(4) = 1/2
+    g = Group(rewards=[0.0, 0.0, 0.0], embeddings=E4[:3], answers=["a", "b", None], prompt_key="p")
+    out = eng.reweight(req([g], method="outcome_ucb", step=2, advantages="grpo")).groups[0]
+    assert out.rewards == [0.0, 0.0, 0.0]
+    # c = 0.2, b0 = 0.5: a never seen: 0.2 * (1 - 0.5); b: 0.2 * (1/2 - 0.5); null: nothing.
+    assert out.advantages == pytest.approx([0.1, 0.0, 0.0])
+    solved = Group(rewards=[1.0, 0.0], embeddings=E4[2:], answers=["c", "b"], prompt_key="p")
+    out = eng.reweight(req([solved], method="outcome_ucb", step=3, advantages="grpo")).groups[0]
+    grpo = advantages([1.0, 0.0], "grpo").tolist()  # +-0.7069...: the term is not rescaled
+    # Before step 3: c never seen (+0.1); b 4 + 1 times: 0.2 * (1/sqrt(5) - 0.5).
+    assert out.advantages == pytest.approx([grpo[0] + 0.1, grpo[1] + 0.2 * (5**-0.5 - 0.5)])
+    shaped = eng.reweight(
+        req([g], method="outcome_ucb", step=2, advantages="grpo", params={"target": "reward"})
+    ).groups[0]
+    assert shaped.rewards == pytest.approx([0.1, 0.0, 0.0])
+    assert shaped.advantages == pytest.approx(advantages([0.1, 0.0, 0.0], "grpo").tolist())
+    mean = eng.reweight(
+        req([g], method="outcome_ucb", step=2, advantages="dr_grpo", params={"baseline": "mean"})
+    ).groups[0]
+    # UCB-Mean over the answered items: b = 1, 1/2, mean 3/4: terms +0.05, -0.05.
+    assert mean.advantages == pytest.approx([0.05, -0.05, 0.0])
 
 
 def _redis_engine(url: str, prefix: str) -> ReweightEngine:
@@ -161,14 +195,15 @@ def test_two_replicas_share_the_memory_and_a_restart_keeps_it(shared_redis_url: 
     prefix = f"test:mem:{uuid.uuid4().hex}:"
     one, two = _redis_engine(shared_redis_url, prefix), _redis_engine(shared_redis_url, prefix)
     try:
-        one.reweight(ucb("p", 1, ["a", "b"]))
+        one.reweight(ucb("p", 1, ["a", "a", "b"]))
         # The same step through the other replica (a retry behind a load balancer): once.
-        assert two.reweight(ucb("p", 1, ["a", "b"])).groups[0].rewards == [1.0, 1.0]
-        assert two.reweight(ucb("p", 2, ["a"])).groups[0].rewards == pytest.approx([bonus(1)])
+        assert two.reweight(ucb("p", 1, ["a", "a", "b"])).groups[0].rewards == [1.0, 1.0, 1.0]
+        got = two.reweight(ucb("p", 2, ["a"])).groups[0].rewards
+        assert got == pytest.approx([1 / math.sqrt(2)])
         one.close()
         restarted = _redis_engine(shared_redis_url, prefix)  # the service restarted
         got = restarted.reweight(ucb("p", 3, ["a", "b"])).groups[0].rewards
-        assert got == pytest.approx([bonus(2), bonus(1)])
+        assert got == pytest.approx([1 / math.sqrt(3), 1.0])
         restarted.close()
     finally:
         two.close()

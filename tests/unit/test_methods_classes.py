@@ -190,15 +190,28 @@ def test_pass_at_k_refuses_k_beyond_the_group_and_k_below_one() -> None:
 
 
 def test_outcome_ucb_bonus_hand_computed() -> None:
-    # counts (0, 3, no answer, 8), c = 0.5: bonus 0.5/sqrt(1), 0.5/sqrt(4), 0, 0.5/sqrt(9).
+    # Earlier counts (0, 4, no answer, 16), c = 0.5: b = min(1, 1/sqrt(N)) = 1, 1/2, -, 1/4.
     r = torch.tensor([1.0, 1.0, 0.0, 0.0])
-    n = torch.tensor([0, 3, -1, 8])
-    close(outcome_ucb(r, n), [1.5, 1.25, 0.0, 0.5 / 3])
-    close(outcome_ucb(r, n, apply_to="correct"), [1.5, 1.25, 0.0, 0.0])
+    n = torch.tensor([0, 4, -1, 16])
+    close(outcome_ucb(r, n, scale=0.5, baseline=None), [1.5, 1.25, 0.0, 0.125])  # naive UCB
+    close(outcome_ucb(r, n, scale=0.5, baseline=0.5), [1.25, 1.0, 0.0, -0.125])  # UCB-Con
+    # UCB-Mean: the answered items' mean b = 7/12; the terms sum to 0.
+    close(outcome_ucb(r, n, scale=0.5, baseline="mean"), [1 + 5 / 24, 1 - 1 / 24, 0.0, -1 / 6])
+    close(outcome_ucb(r, n, scale=0.5, apply_to="correct"), [1.25, 1.0, 0.0, 0.0])
     close(outcome_ucb(r, n, scale=0.0), [1.0, 1.0, 0.0, 0.0])
-    with pytest.raises(InvalidInput) as e:
-        outcome_ucb(r, n, scale=-1.0)
-    assert e.value.field == "scale"
+    # The defaults are the paper's UCB-Con run: c = 0.2, b0 = 0.5.
+    close(outcome_ucb(r, n), [1.1, 1.0, 0.0, -0.05])
+    # N = 0 and N = 1 both give the whole bonus (the min of min(1, 1/sqrt(N))).
+    close(outcome_ucb(torch.zeros(2), torch.tensor([0, 1]), baseline=None), [0.2, 0.2])
+    for bad, field in (
+        ({"scale": -1.0}, "scale"),
+        ({"baseline": "max"}, "baseline"),
+        ({"baseline": float("nan")}, "baseline"),
+        ({"apply_to": "x"}, "apply_to"),
+    ):
+        with pytest.raises(InvalidInput) as e:
+            outcome_ucb(r, n, **bad)  # type: ignore[arg-type]
+        assert e.value.field == field
 
 
 # --- permutation equivariance -----------------------------------------------------------------
@@ -223,7 +236,11 @@ def test_new_methods_are_permutation_equivariant(
     r, lab, cnt = torch.tensor(rewards), torch.tensor(labels), torch.tensor(counts)
     p = torch.tensor(perm)
     close(darling(r[p], lab[p]), darling(r, lab)[p].tolist())
-    close(outcome_ucb(r[p], cnt[p]), outcome_ucb(r, cnt)[p].tolist())
+    for baseline in (None, 0.5, "mean"):
+        close(
+            outcome_ucb(r[p], cnt[p], baseline=baseline),
+            outcome_ucb(r, cnt, baseline=baseline)[p].tolist(),
+        )
     k = min(k, len(rewards))
     close(pass_at_k(r[p], k), pass_at_k(r, k)[p].tolist(), tol=1e-5)
     # Classes from similarities: a permuted similarity matrix gives the permuted partition.

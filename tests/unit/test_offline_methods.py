@@ -49,8 +49,16 @@ def test_outcome_ucb_offline_steps_in_order(tmp_path: Path) -> None:
 
     code, out, err = run(
         tmp_path, [line(1, ["a", "a"]), line(2, ["a", "b"])], "--method", "outcome_ucb",
-        "--scale", "1.0",
+        "--scale", "1.0", "--baseline", "none",
     )  # fmt: skip
     assert code == 0, err
     assert out[0]["reweighted_rewards"] == [1.0, 1.0]
-    assert out[1]["reweighted_rewards"] == pytest.approx([1 / 3**0.5, 1.0])
+    assert out[1]["reweighted_rewards"] == pytest.approx([1 / 2**0.5, 1.0])  # a twice before
+    # The defaults (c = 0.2, b0 = 0.5) after GRPO: the paper's UCB-Con, rewards left as given.
+    code, out, err = run(
+        tmp_path, [line(1, ["a", "a"]), line(2, ["a", "b"])], "--method", "outcome_ucb",
+        "--advantages", "grpo",
+    )  # fmt: skip
+    assert code == 0, err
+    assert out[1]["reweighted_rewards"] == [0.0, 0.0]
+    assert out[1]["advantages"] == pytest.approx([0.2 * (2**-0.5 - 0.5), 0.1])

@@ -13,7 +13,9 @@ Add a reweighting method (three places, nothing else):
    (new rewards [B, G], λ per group [B] or None). The engine has checked the input and parsed
    `params` with the model; items outside `mask` must come out 0. A method that needs answer classes
    or outcome memory lists them in its entry (`needs=("classes",)` / `("memory",)`) and its
-   kernel takes the keyword `ctx` (a `reweighter.methods.context.MethodContext`).
+   kernel takes the keyword `ctx` (a `reweighter.methods.context.MethodContext`). A method that
+   acts after the advantage estimator too (outcome_ucb: the paper adds its bonus to the
+   advantage) names that kernel in its entry's `after` (`MethodSpec.after`).
 2. One entry in `CATALOG` (`reweighter/methods/catalog.py`):
    `MethodSpec("<name>", "<one line: what it does>", params="reweighter.methods.<name>:<Model>",
    kernel="reweighter.methods.<name>:apply", needs_similarity=<bool>)`.

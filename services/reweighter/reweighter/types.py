@@ -231,8 +231,21 @@ class MemberSubmission:
     naming the field (a non-deterministic reward, an id collision). The same payload is a
     retry either way."""
     answer: str | None = wire(
-        "the member's extracted final answer (null: none): darling's classes, "
-        "stats.distinct_answers",
+        "the member's extracted final answer (null: none): darling's classes, outcome_ucb's "
+        "counted outcome, stats.distinct_answers",
+        None,
+    )
+    advantage_params: Mapping[str, Any] = wire(
+        "as /v1/reweight (pass_at_k: k, success_threshold); the same for every member",
+        factory=dict,
+    )
+    step: int | None = wire(
+        "the trainer's global step, as /v1/reweight (outcome_ucb); the same for every member",
+        None,
+    )
+    prompt_key: str | None = wire(
+        "a stable key of the group's prompt across steps (outcome_ucb's memory); the same for "
+        "every member",
         None,
     )
 

@@ -31,7 +31,7 @@ from .types import MemberReason, MemberResult
 if TYPE_CHECKING:  # the stores need no engine
     from ..engine.checks import CheckedMember
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 class _Record(BaseModel):
@@ -72,6 +72,11 @@ class GroupMeta(_Record):
     input: Literal["completion", "embedding"]
     dim: int | None
     """The embedding width; None for completions."""
+    advantage_params: dict[str, Any] = {}
+    """After validation, defaults filled in (pass_at_k's k and success_threshold)."""
+    step: int | None = None
+    prompt_key: str | None = None
+    """outcome_ucb's: the round is reweighted with them, so every member must give the same."""
 
 
 class MemberRecord(_Record):
@@ -214,6 +219,11 @@ def encode(c: CheckedMember) -> Member:
         advantages=c.advantages.value,
         input=kind,
         dim=dim,
+        advantage_params=(
+            c.advantage_params.model_dump(mode="json") if c.advantage_params is not None else {}
+        ),
+        step=c.step,
+        prompt_key=c.prompt_key,
     )
     record = MemberRecord(reward=c.reward, digest=digest, value=value, answer=c.answer)
     return Member(c, meta, record)

@@ -17,7 +17,7 @@ import contextlib
 import itertools
 import logging
 import uuid
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -199,15 +199,19 @@ class Round:
             _, records = group.ordered()
             meta = group.meta
             values, rewards = [r.value for r in records], [r.reward for r in records]
-            # Members' answers, when any member gave one (darling's classes, distinct_answers).
+            # Members' answers, when any member gave one (darling's classes, distinct_answers),
+            # and always with a prompt_key (outcome_ucb: a null answer gets no bonus).
             answers = [r.answer for r in records]
-            given = answers if any(a is not None for a in answers) else None
+            given = answers if meta.prompt_key or any(a is not None for a in answers) else None
+            common: dict[str, Any] = {"id": gid, "answers": given, "prompt_key": meta.prompt_key}
             one = (
-                Group(rewards=rewards, completions=values, id=gid, answers=given)
+                Group(rewards=rewards, completions=values, **common)
                 if meta.input == "completion"
-                else Group(rewards=rewards, embeddings=values, id=gid, answers=given)
+                else Group(rewards=rewards, embeddings=values, **common)
             )
-            request = ReweightRequest([one], meta.method, meta.params, meta.advantages)
+            request = ReweightRequest(
+                [one], meta.method, meta.params, meta.advantages, meta.advantage_params, meta.step
+            )
             out = (await self.ctx.engine.areweight(request)).groups[0]
             stored = await store.finish(gid, group.result(out.rewards, out.advantages, out.stats))
             if stored is not None:
@@ -283,7 +287,7 @@ class Round:
         """This member alone answered raw, over the members `present` (not stored)."""
         present[m.mid] = m.checked.reward  # present even if its round expired meanwhile
         ids = sorted(present)
-        adv = raw_advantages([present[i] for i in ids], m.meta.advantages)
+        adv = raw_advantages([present[i] for i in ids], m.meta.advantages, m.meta.advantage_params)
         self.ctx.stats.timeouts += 1
         return MemberResult(
             group_id=m.gid,
@@ -299,17 +303,28 @@ class Round:
         )
 
 
-def raw_advantages(raw: Sequence[float], kind: str) -> list[float] | None:
+def raw_advantages(
+    raw: Sequence[float], kind: str, params: Mapping[str, Any] | None = None
+) -> list[float] | None:
     """Advantages of raw rewards by the estimator the engine applies after reweighting (in
-    float32, as the engine computes); None for kind "none". Small: computed inline."""
+    float32, as the engine computes); None for kind "none". Small: computed inline. pass_at_k
+    over fewer members than its k (a round closed short) takes k = the members present."""
     if kind == AdvantageKind.NONE:
         return None
-    return advantage_estimator(torch.tensor(list(raw), dtype=torch.float32), kind).tolist()
+    r = torch.tensor(list(raw), dtype=torch.float32)
+    if kind == AdvantageKind.PASS_AT_K:
+        p = dict(params or {})
+        k = min(int(p.get("k", 1)), len(raw))
+        threshold = float(p.get("success_threshold", 1.0))
+        return advantage_estimator(r, kind, k=k, success_threshold=threshold).tolist()
+    return advantage_estimator(r, kind).tolist()
 
 
 def _short_result(group: OpenRound) -> RoundResult:
     _, records = group.ordered()
-    adv = raw_advantages([r.reward for r in records], group.meta.advantages)
+    adv = raw_advantages(
+        [r.reward for r in records], group.meta.advantages, group.meta.advantage_params
+    )
     return group.result(None, adv, None)
 
 
@@ -337,7 +352,15 @@ def mismatch(have: GroupMeta, m: Member, stats: AssemblyStats) -> PreconditionFa
     """The 409 for a member whose settings differ from its group's (`have`), naming the field."""
     stats.conflicts += 1
     want = m.meta
-    for name in ("group_size", "method", "params", "advantages"):
+    for name in (
+        "group_size",
+        "method",
+        "params",
+        "advantages",
+        "advantage_params",
+        "step",
+        "prompt_key",
+    ):
         if getattr(have, name) != getattr(want, name):
             if name == "group_size":
                 stats.size_mismatch["declared"] += 1

@@ -254,6 +254,11 @@ class CheckedMember:
     """The member's own, or the default; capped at the maximum."""
     answer: str | None = None
     """The member's extracted final answer (None: none given)."""
+    advantage_params: BaseModel | None = None
+    """The estimator's parsed parameters (pass_at_k's k, checked against group_size)."""
+    step: int | None = None
+    prompt_key: str | None = None
+    """outcome_ucb's (required with it); every member of a round must agree (the round's meta)."""
 
 
 def check_member(
@@ -284,12 +289,20 @@ def check_member(
     spec = get_method(member.method)
     params = _check_params(spec.name, spec.params_model, member.params)
     kind = parse_name(AdvantageKind, member.advantages, "advantages", "advantage kind")
-    if "memory" in spec.needs or kind == AdvantageKind.PASS_AT_K:
-        what = f"method {spec.name!r}" if "memory" in spec.needs else "advantages 'pass_at_k'"
+    adv_params = check_advantage_params(kind, member.advantage_params, spec.name)
+    if isinstance(adv_params, PassAtKParams) and adv_params.k > size:
         raise InvalidInput(
-            f"{what} needs request fields a member submission does not carry yet (step, "
-            "prompt_key / advantage_params): send the whole group to /v1/reweight",
-            field="method" if "memory" in spec.needs else "advantages",
+            f"k = {adv_params.k} exceeds the group_size {size}; pass@k needs k <= n",
+            field="advantage_params.k",
+        )
+    memory = "memory" in spec.needs
+    step = _check_step(member.step, required=memory, method=spec.name)
+    prompt_key = _check_prompt_key(member.prompt_key, "prompt_key")
+    if memory and prompt_key is None:
+        raise InvalidInput(
+            f"method {spec.name!r} needs the group's prompt_key (a stable key of the prompt "
+            "across steps), the same in every member",
+            field="prompt_key",
         )
     reward = _check_number(member.reward, "reward")
     text, vector = None, None
@@ -313,6 +326,9 @@ def check_member(
         embedding=vector,
         timeout_s=min(float(timeout), max_timeout_s),
         answer=_check_answer(member.answer, "answer"),
+        advantage_params=adv_params,
+        step=step,
+        prompt_key=prompt_key,
     )
 
 

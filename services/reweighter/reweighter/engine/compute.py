@@ -58,6 +58,12 @@ def reweight_checked(
             adv = batched_advantages(
                 Batch(new, ragged, False), checked.advantages, checked.advantage_params
             )
+        if (after := spec.apply_after) is not None:
+            # After the estimator (outcome_ucb's bonus); with no estimator, on the rewards.
+            if adv is not None:
+                adv = after(adv, rewards, ragged, checked.params, ctx=ctx)
+            else:
+                new = after(new, rewards, ragged, checked.params, ctx=ctx)
         mean_sim = batched_mean_similarity(sim, ragged)
         _all_finite(new, adv, mask)
         new_l, mean_l = new.cpu().tolist(), mean_sim.cpu().tolist()

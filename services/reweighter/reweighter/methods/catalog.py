@@ -52,6 +52,12 @@ class MethodSpec:
     (answer classes, methods/classes.py), "memory" (answer counts at earlier steps; the request
     then needs `step` and each group `prompt_key` and `answers`). A kernel with needs takes the
     keyword `ctx` (methods/context.py)."""
+    after: str | None = None
+    """A "module:attribute" kernel run after the advantage estimator: `after(advantages [B, G],
+    base rewards [B, G], mask, params, ctx=...)` -> advantages [B, G]. With advantages "none" it
+    gets the method's rewards as the advantages (the identity estimator) and its result is
+    what the request returns as rewards. outcome_ucb's bonus goes here (the paper adds it to
+    the advantage, outside the group normalisation)."""
 
     @property
     def params_model(self) -> type[BaseModel]:
@@ -60,6 +66,10 @@ class MethodSpec:
     @property
     def apply(self) -> Apply:
         return _load(self.kernel)
+
+    @property
+    def apply_after(self) -> Callable[..., Any] | None:
+        return _load(self.after) if self.after else None
 
 
 _PARAMS = "reweighter.methods.params"
@@ -92,10 +102,11 @@ CATALOG: dict[str, MethodSpec] = {
         ),
         MethodSpec(
             Method.OUTCOME_UCB,
-            "Outcome-based exploration (arXiv 2509.06941): r_i + c / sqrt(1 + N_i), N_i how often "
-            "i's answer was seen for this prompt_key at earlier steps.",
+            "Outcome-based exploration (arXiv 2509.06941): A_i + c * (min(1, 1/sqrt(N_i)) - b0), "
+            "N_i how often i's answer was seen for this prompt_key at earlier steps.",
             params=f"{_PARAMS}:OutcomeUcbParams",
             kernel="reweighter.methods.outcome_ucb:apply",
+            after="reweighter.methods.outcome_ucb:after",
             needs_similarity=False,
             needs=("memory",),
         ),

@@ -83,6 +83,8 @@ _RULES = {
     "diversity_floor": "must be a number in [0, 1]",
     "scale": "must be a finite number >= 0",
     "apply_to": 'must be "all" or "correct"',
+    "baseline": 'must be a finite number, "mean" or None',
+    "target": 'must be "advantage" or "reward"',
     "success_threshold": "must be a finite number",
     "k": "must be an integer >= 1",
     "eps": "must be a finite number > 0",
@@ -137,22 +139,56 @@ class DarlingParams(BaseModel):
 
 
 class OutcomeUcbParams(BaseModel):
+    """Historical exploration of arXiv 2509.06941: c * (min(1, 1/sqrt(N)) - baseline)."""
+
     model_config = _CONFIG
 
     scale: float = Field(
-        0.5,
+        0.2,
         ge=0.0,
         allow_inf_nan=False,
-        description="c in r_i + c * min(1, 1/sqrt(N)): the bonus of an answer never seen before.",
+        description="c in c * (min(1, 1/sqrt(N)) - baseline); 0.2 as in the paper's runs.",
+    )
+    baseline: float | Literal["mean"] | None = Field(
+        0.5,
+        description="Subtracted from each bonus: a number b0 (the paper's UCB-Con; 0.5 its "
+        'medium-data value: answers seen more than 1/b0^2 times are pushed down), "mean" (the '
+        "mean bonus of the group: UCB-Mean) or null (none: the paper's naive UCB).",
+    )
+    target: Literal["advantage", "reward"] = Field(
+        "advantage",
+        description='"advantage": the term is added after the advantage estimator (the '
+        'paper; with advantages "none" it lands in the rewards); "reward": added to the '
+        "rewards before it (reward shaping: GRPO then rescales it per group).",
     )
     apply_to: Literal["all", "correct"] = Field(
         "all",
-        description='"all": every answer gets its bonus (the paper\'s historical exploration); '
-        '"correct": only completions whose reward reaches success_threshold.',
+        description='"all": every answer gets the term, correct or not (the paper); '
+        '"correct": only completions whose reward reaches success_threshold (not the paper).',
     )
     success_threshold: float = Field(
         1.0, allow_inf_nan=False, description='A correct answer\'s reward, for apply_to="correct".'
     )
+
+    @field_validator("baseline", mode="before")
+    @classmethod
+    def _one_clear_error(cls, v: Any) -> Any:
+        """One message instead of pydantic's per-branch union errors."""
+        if v is None or (isinstance(v, str) and v == "mean"):
+            return v
+        if isinstance(v, int | float) and not isinstance(v, bool):
+            try:
+                x = float(v)
+            except OverflowError:
+                x = math.inf
+            if math.isfinite(x):
+                return x
+        raise ValueError(f'must be a finite number, "mean" or null, got {v!r}')
+
+    @property
+    def baseline_value(self) -> float:
+        """The constant baseline (0 for none); "mean" is computed per group by the kernel."""
+        return 0.0 if self.baseline is None or self.baseline == "mean" else float(self.baseline)
 
 
 class PassAtKParams(BaseModel):
