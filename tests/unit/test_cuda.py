@@ -64,7 +64,7 @@ def test_fp16_vectors_within_the_precision_bounds(encoders) -> None:
     assert np.allclose(np.linalg.norm(a, axis=1), 1.0, atol=1e-3)
     assert np.abs(a - b).max() < 0.01
     assert np.abs(a @ a.T - b @ b.T).max() < 0.01  # the methods' input: similarities
-    np.testing.assert_array_equal(a[0], a[3])  # copies: the same vector, bit for bit
+    assert np.abs(a[0] - a[3]).max() < 1e-3  # copies: the same vector (to fp16 rounding)
 
 
 def test_batches_longest_first_within_the_cuda_budget(encoders) -> None:
