@@ -36,6 +36,11 @@ BUDGET=${GPU_CHECK_BUDGET:-340}  # seconds for all steps together: each is cut t
 step() {  # step NAME LIMIT_S LOGFILE command...: bounded, logged, never stops the script
   local name=$1 limit=$2 log=$3 t0=$SECONDS rc left
   shift 3
+  # GPU_CHECK_ONLY=a,b runs only those steps (a rerun of what an earlier call cut short);
+  # GPU_CHECK_LIMIT_<name>=S overrides a step's limit
+  if [ -n "${GPU_CHECK_ONLY:-}" ] && [[ ",$GPU_CHECK_ONLY," != *",$name,"* ]]; then return 0; fi
+  local over="GPU_CHECK_LIMIT_$name"
+  [ -n "${!over:-}" ] && limit=${!over}
   left=$((BUDGET - (SECONDS - T_START)))
   [ "$left" -lt "$limit" ] && limit=$left
   if [ "$limit" -lt 20 ]; then
