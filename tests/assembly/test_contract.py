@@ -35,6 +35,7 @@ from reweighter.errors import (
     StoreUnavailable,
 )
 from reweighter.methods import advantages
+from reweighter.types import GroupStats
 
 from .conftest import Build, embedded_group, ordered_request, settings, waiting
 
@@ -49,7 +50,7 @@ def _result(rnd: int, meta: GroupMeta, ids: list[str]) -> RoundResult:
     n = len(ids)
     return RoundResult(
         round=rnd, meta=meta, complete=True, ids=ids, raw=[1.0] * n, digests=["d"] * n,
-        rewards=[1.0] * n, advantages=None, mean_similarity=1.0, lambda_=None,
+        rewards=[1.0] * n, advantages=None, stats=GroupStats(1.0),
     )  # fmt: skip
 
 

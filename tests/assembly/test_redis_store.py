@@ -18,6 +18,7 @@ import pytest
 import redis
 
 from reweighter.assembly import GroupAssembler, MemberSubmission, make_store
+from reweighter.assembly.records import SCHEMA_VERSION
 from reweighter.engine import ReweightEngine
 from reweighter.errors import Overloaded, StoreUnavailable
 from reweighter.types import ReweightRequest, ReweightResult
@@ -241,7 +242,8 @@ async def test_a_record_of_another_schema_version_is_refused_not_misread(
         client.set(key, json.dumps(newer, sort_keys=True), keepttl=True)
         with pytest.raises(StoreUnavailable, match="schema version 99") as e:
             await rep.submit(g[1])
-        assert e.value.http_status == 503 and f"reads version {SCHEMA_VERSION}" in e.value.message
+        assert e.value.http_status == 503
+        assert f"reads version {SCHEMA_VERSION}" in e.value.message
         assert client.hlen(f"{prefix}g:upgrade:m") == 1  # the member was not added
         first.cancel()
         await asyncio.gather(first, return_exceptions=True)

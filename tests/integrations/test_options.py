@@ -5,11 +5,16 @@ option applied by its backend or refused naming it, never dropped; and the one c
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
+from typing import Any
+
 import pytest
 
 from reweighter.client import DEFAULT_TIMEOUT_S, connect
 from reweighter.integrations import _distributed
-from reweighter.integrations.options import ReweighterOptions
+from reweighter.integrations.options import UNSUPPORTED, ReweighterOptions
 from reweighter.integrations.trl import reweighted
 
 
@@ -102,3 +107,161 @@ def test_on_main_computes_once_and_hands_each_rank_its_part() -> None:
     assert (result, slices, rank, calls) == ([10, 20], [[1, 2]], 0, [[[1, 2]]])
     assert _distributed.my_part([10, 20, 30, 40, 50], [2, 3], 1) == [30, 40, 50]
     assert _distributed.my_part([10, 20, 30, 40, 50], [2, 3], 0) == [10, 20]
+
+
+# -- every stack: the same options, each applied or refused naming it (issue 29) -----------
+
+NON_DEFAULT: dict[str, Any] = {
+    "url": "grpc://127.0.0.1:9",
+    "api_key": "k",
+    "timeout_s": 7.5,
+    "long_text": "tail",
+    "method": "mmr",
+    "params": {"similarity_floor": 0.1},  # dra's (the trainer checks them against the method)
+    "advantages": "grpo",
+    "advantage_params": {"k": 2},
+}
+"""A value other than the default for every option (the test below checks it is complete)."""
+NETWORK, IN_PROCESS = "http://127.0.0.1:9", "inprocess"
+BACKEND_REFUSES = {("api_key", IN_PROCESS), ("timeout_s", IN_PROCESS), ("long_text", NETWORK)}
+
+
+def _trl(given: dict[str, Any]) -> tuple[ReweighterOptions, Any]:
+    kw = dict(given)
+    fn = reweighted(_zero, num_generations=2, backend=kw.pop("url"), **kw)
+    assert fn.options is not None
+    assert (fn.method, dict(fn.params), fn.advantages, dict(fn.advantage_params)) == (
+        fn.options.method, fn.options.params, fn.options.advantages, fn.options.advantage_params
+    )  # the request options are what the reward function sends
+    return fn.options, fn.backend
+
+
+def _trainer(given: dict[str, Any]) -> tuple[ReweighterOptions, Any]:
+    from reweighter_trainer.config import parse
+
+    cfg = parse({"model": {"tiny": {}}, "reweighter": given})
+    return cfg.reweighter, cfg.reweighter.connect()  # what build_backend connects with
+
+
+def _verl(given: dict[str, Any]) -> tuple[ReweighterOptions, Any]:
+    verl = pytest.importorskip("reweighter.integrations.verl", exc_type=ImportError)
+    options = verl.verl_options(given)
+    return options, options.connect()  # what the manager's `backend` connects with
+
+
+def _slime(given: dict[str, Any]) -> tuple[ReweighterOptions, Any]:
+    from reweighter.integrations.slime import options_from_env
+
+    env = {f"REWEIGHTER_{k.upper()}": v if isinstance(v, str) else json.dumps(v)
+           for k, v in given.items()}  # fmt: skip
+    options = options_from_env(env)
+    return options, options.connect()
+
+
+def _skyrl(given: dict[str, Any]) -> tuple[ReweighterOptions, Any]:
+    from reweighter.integrations.skyrl import ReweighterPostprocessMixin
+
+    cls = type("Trainer", (ReweighterPostprocessMixin,), {f"reweighter_{k}": v
+                                                          for k, v in given.items()})  # fmt: skip
+    options = cls().reweighter_options
+    return options, options.connect()  # what postprocess_generator_output connects with
+
+
+STACKS = {"trl": _trl, "trainer": _trainer, "verl": _verl, "slime": _slime, "skyrl": _skyrl}
+SPELT = {"trl": "{}", "trainer": "reweighter.{}", "verl": "reward.reweighter.{}",
+         "slime": "REWEIGHTER_{}", "skyrl": "Trainer.reweighter_{}"}  # fmt: skip
+
+
+def _applied(options: ReweighterOptions, client: Any, name: str, value: Any) -> None:
+    """The option is in the options the stack uses, and in the client they connected."""
+    got = options.target if name == "url" else getattr(options, name)
+    assert got == value, (name, got)
+    aio = getattr(client, "aio", None)
+    if name == "timeout_s":
+        assert aio.timeout == value
+    elif name == "api_key":
+        assert ("authorization", "Bearer k") in getattr(aio, "_metadata", ()) or (
+            aio._headers == {"authorization": "Bearer k"}
+        )
+    elif name == "long_text":
+        assert dict(aio._settings) == {"long_text": value}
+    elif name == "url":
+        assert type(client).__name__ == "GrpcReweighterClient"
+
+
+def test_every_option_has_a_non_default_case_and_every_stack_a_row() -> None:
+    assert set(NON_DEFAULT) == set(ReweighterOptions.model_fields)
+    assert set(STACKS) == set(UNSUPPORTED)
+    for name, value in NON_DEFAULT.items():
+        assert value != ReweighterOptions.model_fields[name].get_default(call_default_factory=True)
+
+
+@pytest.mark.parametrize("stack", STACKS)
+@pytest.mark.parametrize("name", NON_DEFAULT)
+@pytest.mark.parametrize("url", [NETWORK, IN_PROCESS])
+def test_every_stack_applies_or_refuses_every_option_naming_it(
+    stack: str, name: str, url: str
+) -> None:
+    """No option is silently ignored by any stack: with any backend, every option is either
+    applied (in the options the stack uses and in the client it connects) or refused with a
+    ValueError naming it as that stack spells it; the refusals are the same for every stack
+    but what the stack itself decides (UNSUPPORTED)."""
+    given = {"url": url, name: NON_DEFAULT[name]}
+    if (stack, name) == ("verl", "timeout_s"):  # verl's own key: a member's wait, not a call's
+        verl = pytest.importorskip("reweighter.integrations.verl", exc_type=ImportError)
+        assert name in verl.VERL_KEYS and verl.verl_options(given).timeout_s is None
+        return
+    refused = name in UNSUPPORTED[stack] or (name, url) in BACKEND_REFUSES
+    spelt = SPELT[stack].format(name.upper() if stack == "slime" else name)
+    if refused:
+        with pytest.raises(ValueError, match=re.escape(spelt) + ": "):
+            STACKS[stack](given)
+        return
+    options, client = STACKS[stack](given)
+    try:
+        _applied(options, client, name, NON_DEFAULT[name])
+    finally:
+        client.close()
+
+
+def test_the_same_option_is_refused_with_the_same_reason_everywhere() -> None:
+    reasons = set()
+    for stack, build in STACKS.items():
+        if stack == "verl":
+            pytest.importorskip("verl")
+        with pytest.raises(ValueError) as e:
+            build({"url": IN_PROCESS, "api_key": "k"})
+        reasons.add(re.split("(?i)api_key: ", str(e.value), maxsplit=1)[1])
+    assert reasons == {"the in-process backend has no network; leave it unset"}
+
+
+def test_a_misspelt_option_is_refused_by_the_stacks_that_read_keys() -> None:
+    from reweighter.integrations.skyrl import ReweighterPostprocessMixin
+    from reweighter_trainer.config import ConfigError, parse
+
+    with pytest.raises(ValueError, match=r"Trainer\.reweighter_methd: not a Reweighter option"):
+        type("Trainer", (ReweighterPostprocessMixin,), {"reweighter_methd": "mmr"})
+    late = type("Trainer", (ReweighterPostprocessMixin,), {})
+    late.reweighter_method = "mmr"  # assigned after the class was defined: still read
+    assert late().reweighter_options.method == "mmr"
+    late.reweighter_advantages = "grpo"
+    with pytest.raises(ValueError, match=r"Trainer\.reweighter_advantages: SkyRL computes"):
+        late().reweighter_options  # noqa: B018 - read at the first call, refused there
+    with pytest.raises(ConfigError, match=r"reweighter\.methd"):
+        parse({"model": {"tiny": {}}, "reweighter": {"methd": "mmr"}})
+    verl = pytest.importorskip("reweighter.integrations.verl", exc_type=ImportError)
+    with pytest.raises(ValueError, match=r"reward\.reweighter\.methd: "):
+        verl.verl_options({"methd": "mmr"})
+    assert verl.verl_options({"timeout_s": 30, "group_size": 4}) == ReweighterOptions()
+
+
+def test_the_documented_options_table_is_the_model_and_its_refusals() -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "integrations.md").read_text()
+    table = text.split("<!-- options-table:", 1)[1].split("\n\n", 1)[0]
+    rows = [r.split("|")[1:-1] for r in table.splitlines() if r.startswith("| `")]
+    documented = {cells[0].strip().strip("`"): cells[3] for cells in rows}
+    assert list(documented) == list(ReweighterOptions.model_fields)
+    names = {"verl": "verl", "slime": "slime", "skyrl": "SkyRL"}
+    for name, refused_by in documented.items():
+        stacks = {s for s, unsupported in UNSUPPORTED.items() if name in unsupported}
+        assert {s for s, shown in names.items() if shown in refused_by} == stacks, name

@@ -16,6 +16,8 @@ from google.protobuf.descriptor import Descriptor
 
 from reweighter.errors import InvalidInput
 from reweighter.types import (
+    EmbedRequest,
+    EmbedResult,
     EngineInfo,
     Group,
     GroupResult,
@@ -40,14 +42,16 @@ PAIRS: dict[Any, Any] = {
     pb.SubmitMemberRequest: MemberSubmission,
     pb.MemberResult: MemberResult,
     pb.InfoResponse: EngineInfo,
+    pb.EmbedRequest: EmbedRequest,
+    pb.EmbedResponse: EmbedResult,
 }
 """Each proto message and the one definition it is derived from."""
 PROTO_ONLY = {("MemberResult", "error")}
 """Fields only gRPC has, each with its reason: a member's error on the SubmitMembers stream
 (HTTP answers a member's error with the call's status, as the unary RPC does)."""
-HAND_MAPPED = {"EmbedRequest", "EmbedResponse", "InfoRequest", "MemberError"}
-"""Messages with no dataclass: embed's shapes are each transport's own (TEI's JSON, a packed
-matrix), InfoRequest is empty, MemberError is the stream's error (PROTO_ONLY)."""
+HAND_MAPPED = {"InfoRequest", "MemberError"}
+"""Messages with no dataclass: InfoRequest is empty, MemberError is the stream's error
+(PROTO_ONLY)."""
 
 
 def names_of(cls: Any) -> set[str]:
@@ -61,7 +65,7 @@ def http_names(cls: Any) -> set[str]:
     answer model."""
     if not dataclasses.is_dataclass(cls):
         return set(cls.__annotations__)  # EngineInfo is its own HTTP model (response_model)
-    inbound = cls in (ReweightRequest, Group, MemberSubmission)
+    inbound = cls in (ReweightRequest, Group, MemberSubmission, EmbedRequest)
     model = http.model(cls, inbound)
     path = {wire_name(f.name) for f in dataclasses.fields(cls) if f.metadata.get("in_path")}
     return {f.alias or n for n, f in model.model_fields.items()} | (path if inbound else set())
@@ -137,6 +141,8 @@ ANSWERS = [
     MemberResult("g", "m0", 0.7, 0.5, -0.1, True, None, GroupStats(0.2, 0.3), 4, 2),
     MemberResult("g", "m1", 0.5, 0.5, None, False, MemberReason.SHORT, None, 1),
 ]
+EMBEDS = [EmbedRequest(["a", "b"]), EmbedRequest(["only"], normalize=True)]
+EMBEDDED = EmbedResult("m", 3, np.array([[0.5, 0.25, 0.0], [1.0, 0.0, -1.0]], dtype=np.float32))
 
 
 def canon(x: Any) -> Any:
@@ -163,7 +169,9 @@ def same(a: Any, b: Any) -> bool:
     ("message", "pb_class"),
     [(REQUEST, pb.ReweightRequest), (RESULT, pb.ReweightResponse)]
     + [(m, pb.SubmitMemberRequest) for m in MEMBERS]
-    + [(a, pb.MemberResult) for a in ANSWERS],
+    + [(a, pb.MemberResult) for a in ANSWERS]
+    + [(e, pb.EmbedRequest) for e in EMBEDS]
+    + [(EMBEDDED, pb.EmbedResponse)],
 )
 def test_a_message_survives_protobuf_both_ways(message: Any, pb_class: Any) -> None:
     wire = pb_class.FromString(to_proto(message, pb_class).SerializeToString())
@@ -173,7 +181,7 @@ def test_a_message_survives_protobuf_both_ways(message: Any, pb_class: Any) -> N
         assert type(back.reason) is MemberReason
 
 
-@pytest.mark.parametrize("message", [REQUEST, *MEMBERS])
+@pytest.mark.parametrize("message", [REQUEST, *MEMBERS, *EMBEDS])
 def test_a_request_survives_the_clients_body_and_the_servers_model(message: Any) -> None:
     model = http.model(type(message), inbound=True)
     path = {"group_id": message.group_id} if isinstance(message, MemberSubmission) else {}
@@ -181,7 +189,7 @@ def test_a_request_survives_the_clients_body_and_the_servers_model(message: Any)
     assert same(http.to_engine(parsed, **path), message)
 
 
-@pytest.mark.parametrize("message", [RESULT, *ANSWERS])
+@pytest.mark.parametrize("message", [RESULT, *ANSWERS, EMBEDDED])
 def test_an_answer_survives_the_servers_model_and_the_clients_parse(message: Any) -> None:
     data = http.answer(message).model_dump_json(by_alias=True, exclude_none=False)
     parsed = http.parse(type(message), data.encode())
@@ -218,3 +226,47 @@ def test_a_packed_matrix_that_does_not_divide_names_its_field() -> None:
     with pytest.raises(InvalidInput) as e:
         from_proto(msg, ReweightRequest)
     assert e.value.field == "groups[1].embeddings"
+
+
+def test_embeddings_travel_as_rows_in_json_and_one_packed_array_in_the_proto() -> None:
+    out = json.loads(http.answer(EMBEDDED).model_dump_json())
+    assert out == {"model": "m", "dim": 3, "embeddings": [[0.5, 0.25, 0.0], [1.0, 0.0, -1.0]]}
+    msg = to_proto(EMBEDDED, pb.EmbedResponse)
+    assert list(msg.embeddings) == [0.5, 0.25, 0.0, 1.0, 0.0, -1.0] and msg.dim == 3
+    back = from_proto(msg, EmbedResult)
+    assert back.embeddings.dtype == np.float32 and back.embeddings.shape == (2, 3)
+    parsed = http.parse(EmbedResult, json.dumps(out).encode())
+    assert parsed.embeddings.dtype == np.float32 and parsed.embeddings.shape == (2, 3)
+
+
+def test_an_embed_request_takes_one_text_or_a_list_and_refuses_normalize_false() -> None:
+    one = http.to_engine(http.EmbedIn.model_validate_json(b'{"inputs": "x"}'))
+    assert one.texts() == ["x"] and one.normalize is True
+    assert from_proto(to_proto(one, pb.EmbedRequest), EmbedRequest).texts() == ["x"]
+    bare = from_proto(pb.EmbedRequest(inputs=["a"]), EmbedRequest)
+    assert bare.normalize is True  # proto3 `optional`, absent: the dataclass default
+    for message in (EmbedRequest(["a"], normalize=False),
+                    from_proto(pb.EmbedRequest(inputs=["a"], normalize=False), EmbedRequest)):
+        with pytest.raises(InvalidInput) as e:
+            message.texts()
+        assert e.value.field == "normalize"
+
+
+def test_a_stored_round_answers_every_groupstats_field_the_wire_has() -> None:
+    """assembly/records.py stores the wire's GroupStats as it is: a field added to it is kept
+    through the store's JSON and answered, with no mapping to extend."""
+    from reweighter.assembly.records import GroupMeta, RoundResult
+
+    meta = GroupMeta(group_size=1, method="mmr", params={}, advantages="none",
+                     input="embedding", dim=2)  # fmt: skip
+    stats = GroupStats(0.25, 0.5, 1.5, 2, 3)
+    stored = RoundResult(round=0, meta=meta, complete=True, ids=["a"], raw=[1.0],
+                         digests=["d"], rewards=[0.5], advantages=None, stats=stats)  # fmt: skip
+    back = RoundResult.load(stored.dump())
+    assert back.answer("g", 0).stats == stats
+    assert {f.name for f in dataclasses.fields(GroupStats)} <= set(
+        json.loads(stored.dump())["stats"]
+    )
+    short = RoundResult(round=0, meta=meta, complete=False, ids=["a"], raw=[1.0],
+                        digests=["d"], rewards=[1.0], advantages=None, stats=None)  # fmt: skip
+    assert RoundResult.load(short.dump()).answer("g", 0).stats is None

@@ -4,7 +4,8 @@
     dataset:    {name: arith | wordmath | wordadd | pickone | picktwo | gsm8k | math, ...}
     rewards:    {name: weight}: accuracy, format, final_answer, correct, answer_format, cosine
                 (the papers' reward: {answer_format: 1.0, cosine: 2.0}; see rewards.py)
-    reweighter: {backend, url | grpc, method, params, advantages, long_text, api_key, ...}
+    reweighter: ReweighterOptions (url, api_key, timeout_s, long_text, method, params,
+                advantages, advantage_params) + {backend, grpc, trace_dir}
     rollout:    {weight_sync: auto | gloo | nccl, sync_address} (use_vllm, vllm_mode: server)
 
 Everything here is checked before any model or dataset is loaded, so a typo costs a second,
@@ -19,7 +20,6 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from reweighter.client import DEFAULT_TIMEOUT_S
 from reweighter.integrations.options import ReweighterOptions
 from reweighter.methods.catalog import CATALOG, method_names
 
@@ -58,18 +58,18 @@ class DatasetSection(BaseModel):
 
 
 class ReweighterSection(ReweighterOptions):
-    """The `reweighter:` section: the options every integration shares (method, params,
-    advantages, long_text, api_key, timeout_s: reweighter.integrations.options, documented
-    there once) and the trainer's own ways to name the backend, and its trace."""
+    """The `reweighter:` section: ReweighterOptions (reweighter.integrations.options: every
+    option's name, default, validation and documentation, the same as TRL's `reweighted`,
+    verl's, slime's and SkyRL's), with the trainer's own ways to name the backend, and its
+    trace. One default differs, said here: no `url` means the in-process engine."""
 
     model_config = ConfigDict(extra="forbid")
     backend: Literal["http", "grpc", "inprocess"] | None = None
     """Inferred from url / grpc when omitted; "inprocess" loads the embedding model here."""
     url: str | None = None  # type: ignore[assignment]
-    """An http(s):// URL (the options' url, narrowed: gRPC has its own key)."""
+    """A connect() URL as the options' (http(s)://, grpc(s)://, inprocess); none: in process."""
     grpc: str | None = None
-    timeout_s: float = Field(DEFAULT_TIMEOUT_S, gt=0)  # type: ignore[assignment]
-    """Per call (the client's default); the in-process backend has none."""
+    """host:port of a gRPC service (the same as url: grpc://host:port)."""
     trace_dir: str | None = None
     """Write every batch's slices and backend requests/results as JSONL here (audits, tests)."""
 
@@ -81,27 +81,29 @@ class ReweighterSection(ReweighterOptions):
             given = [b for b, v in (("http", self.url), ("grpc", self.grpc)) if v]
             if len(given) > 1:
                 raise ValueError("give reweighter.url or reweighter.grpc, not both")
-            self.backend = given[0] if given else "inprocess"
+            self.backend = _scheme(self.url) if self.url else given[0] if given else "inprocess"
         if self.backend == "http" and not self.url:
             raise ValueError("reweighter.backend 'http' needs reweighter.url")
-        if self.backend == "grpc" and not self.grpc:
+        if self.backend == "grpc" and not (self.grpc or _scheme(self.url or "") == "grpc"):
             raise ValueError("reweighter.backend 'grpc' needs reweighter.grpc (host:port)")
-        if self.backend == "inprocess" and self.api_key is not None:
-            raise ValueError("reweighter.api_key applies to a network backend only (url, grpc)")
-        if self.backend != "inprocess" and self.long_text is not None:
-            raise ValueError(
-                "reweighter.long_text applies to the in-process backend only; "
-                "a service uses its own REWEIGHTER_LONG_TEXT"
-            )
+        self.check_backend(lambda name: f"reweighter.{name}")  # the options' own rule
         return self
 
     @property
     def target(self) -> str:
-        if self.backend == "http":
-            return str(self.url)
-        if self.backend == "grpc":
+        """The connect() URL of the backend (what `connect()` and the errors name)."""
+        if self.backend == "inprocess":
+            return "inprocess"
+        if self.backend == "grpc" and self.grpc:
             return f"grpc://{str(self.grpc).removeprefix('grpc://')}"
-        return "inprocess"
+        return str(self.url)
+
+
+def _scheme(url: str) -> Literal["http", "grpc", "inprocess"]:
+    """The backend a connect() URL names (connect() itself refuses an unknown scheme)."""
+    if url.startswith(("grpc://", "grpcs://")):
+        return "grpc"
+    return "inprocess" if url in ("inprocess", "inprocess://") else "http"
 
 
 class RolloutSection(BaseModel):
@@ -170,7 +172,10 @@ def parse(raw: dict[str, Any]) -> TrainConfig:
     except ValidationError as e:
         first = e.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "config"
-        raise ConfigError(f"{where}: {first['msg']}") from e
+        msg = str(first["msg"]).removeprefix("Value error, ")
+        if msg.startswith(where + "."):  # a section's own check names its key already
+            raise ConfigError(msg) from e
+        raise ConfigError(f"{where}: {msg}") from e
     _check_method(cfg.reweighter)
     return cfg
 

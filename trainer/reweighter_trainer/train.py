@@ -13,7 +13,7 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-from reweighter.client import Reweighter, connect
+from reweighter.client import DEFAULT_TIMEOUT_S, Reweighter
 from reweighter.integrations.trl import ReweightedReward
 from reweighter.types import ReweightRequest, ReweightResult
 
@@ -35,20 +35,22 @@ class _MainProcessOnly:
 
 
 def build_backend(rw: ReweighterSection, rank: int) -> Reweighter:
+    """The client of the config's options (`rw.connect()`, as every integration), checked now:
+    reachable, ready, offering the method."""
     if rw.backend == "inprocess":
         # One embedding model per job, not per process: only rank 0 ever reweights.
         if rank != 0:
             return _MainProcessOnly()  # type: ignore[return-value]
-        client = connect(rw.target, settings={"long_text": rw.long_text} if rw.long_text else None)
+        client = rw.connect()
         client.info()  # loads the model now, before the dataset and the policy
         return client
-    key = "url" if rw.backend == "http" else "grpc"
+    key = "url" if rw.url else "grpc"
     try:
-        backend = connect(rw.target, api_key=rw.api_key, timeout_s=rw.timeout_s)
+        backend = rw.connect()
         info = backend.info()
         wait_ready = getattr(backend, "wait_ready", None)
         if callable(wait_ready):  # reachable but still loading its model: wait, don't 503
-            wait_ready(timeout=rw.timeout_s)
+            wait_ready(timeout=rw.timeout_s or DEFAULT_TIMEOUT_S)
     except Exception as e:
         raise ConfigError(
             f"reweighter.{key}: cannot reach the Reweighter at {rw.target}: {type(e).__name__}: {e}"
@@ -124,10 +126,7 @@ def build_trainer(cfg: TrainConfig) -> tuple[Any, ReweightedReward]:
         backend=backend,
         num_generations=args.num_generations,
         num_generations_eval=args.num_generations_eval,
-        method=cfg.reweighter.method,
-        params=cfg.reweighter.params,
-        advantages=cfg.reweighter.advantages,
-        advantage_params=cfg.reweighter.advantage_params,
+        **cfg.reweighter.request(),  # method, params, advantages, advantage_params
         on_result=on_result,
     )
 

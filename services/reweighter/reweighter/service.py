@@ -117,7 +117,9 @@ class Service:
         sock = _bind(s.host, s.http_port)
         self.http_port = sock.getsockname()[1]
         bound, backlog = connection_limits(s.max_connections)
-        self.connections = ConnectionGuard(bound, s.header_timeout_s, s.body_timeout_s)
+        self.connections = ConnectionGuard(
+            bound, s.header_timeout_s, s.body_timeout_s, ready=lambda: drained.ready
+        )  # health probes answered by the connections: api/http/connections.py
         self.metrics.watch_connections(self.connections)
         config = uvicorn.Config(
             self.app,

@@ -71,17 +71,20 @@ def wire(
     omit_none: bool = False,
     schema: str | None = None,
     in_path: bool = False,
+    matrix: str | None = None,
 ) -> Any:
     """A field of a wire message, documented once: reweighter.wire derives the HTTP model (its
     description, `minItems` when `non_empty`, absent from answers when None and `omit_none`,
-    the JSON schema named by `schema`; carried in the URL path, not the body, when `in_path`),
-    the client's body and the protobuf mapping from it."""
+    the JSON schema named by `schema`; carried in the URL path, not the body, when `in_path`;
+    a float32 matrix whose width is the field named by `matrix`: rows in JSON, one packed
+    array in the proto), the client's body and the protobuf mapping from it."""
     meta = {
         "doc": doc,
         "non_empty": non_empty,
         "omit_none": omit_none,
         "schema": schema,
         "in_path": in_path,
+        "matrix": matrix,
     }
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
@@ -174,10 +177,29 @@ class ReweightResult:
 
 
 @dataclass(frozen=True)
+class EmbedRequest:
+    """Texts to embed with the service's encoder (TEI's conventions: one text or a list)."""
+
+    inputs: Sequence[str] | str = wire("texts (or one text)")
+    normalize: bool = wire("only true is supported: vectors are unit length", True)
+
+    def texts(self) -> list[str]:
+        """The texts to encode; `normalize=false` is refused naming the field."""
+        if self.normalize is False:
+            raise InvalidInput(
+                "only normalize=true is supported: the encoder returns unit vectors",
+                field="normalize",
+            )
+        return [self.inputs] if isinstance(self.inputs, str) else list(self.inputs)
+
+
+@dataclass(frozen=True)
 class EmbedResult:
-    model: str
-    dim: int
-    embeddings: Any  # numpy float32 [N, D]
+    model: str = wire("encoder id")
+    dim: int = wire("the vectors' dimension")
+    embeddings: Any = wire("one unit vector per input, in order ([N][dim])", matrix="dim")
+    """numpy float32 [N, dim]; on the wire a list of rows (HTTP) or one packed array (gRPC),
+    whose width is the message's `dim`."""
 
 
 # -- group assembly: one member of a group whose siblings arrive separately ------------------

@@ -32,6 +32,8 @@ if TYPE_CHECKING:  # the stores need no engine
     from ..engine.checks import CheckedMember
 
 SCHEMA_VERSION = 2
+"""2: a round's statistics are one `stats` object (GroupStats), not five flat fields; a member
+carries `step`, `prompt_key` and `advantage_params` (both landed together, one version)."""
 
 
 class _Record(BaseModel):
@@ -102,11 +104,9 @@ class RoundResult(_Record):
     digests: list[str]
     rewards: list[float]
     advantages: list[float] | None
-    mean_similarity: float | None
-    lambda_: float | None
-    effective_size: float | None = None
-    distinct_answers: int | None = None
-    classes: int | None = None
+    stats: GroupStats | None
+    """The group's statistics (complete), None when it closed short: the wire's own GroupStats,
+    so a field added to it is stored and answered with no code here."""
 
     def position(self, member_id: str, meta: GroupMeta, record: MemberRecord) -> int | None:
         """Where the member is, when it is in this round as it is sent now (a retry)."""
@@ -125,17 +125,7 @@ class RoundResult(_Record):
             advantage=self.advantages[i] if self.advantages is not None else None,
             complete=self.complete,
             reason=None if self.complete else MemberReason.SHORT,
-            stats=(
-                GroupStats(
-                    self.mean_similarity,
-                    self.lambda_,
-                    self.effective_size,
-                    self.distinct_answers,
-                    self.classes,
-                )
-                if self.complete and self.mean_similarity is not None
-                else None
-            ),
+            stats=self.stats if self.complete else None,
             members=len(self.ids),
             round=self.round,
         )
@@ -174,11 +164,7 @@ class OpenRound(BaseModel):
             digests=[r.digest for r in records],
             rewards=raw if rewards is None else rewards,
             advantages=advantages,
-            mean_similarity=None if stats is None else stats.mean_similarity,
-            lambda_=None if stats is None else stats.lambda_,
-            effective_size=None if stats is None else stats.effective_size,
-            distinct_answers=None if stats is None else stats.distinct_answers,
-            classes=None if stats is None else stats.classes,
+            stats=stats,
         )
 
 

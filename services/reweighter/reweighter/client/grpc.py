@@ -23,6 +23,7 @@ import grpc
 from ..errors import ReweighterError
 from ..limits import CLIENT_CHANNEL_OPTIONS
 from ..types import (
+    EmbedRequest,
     EmbedResult,
     EngineInfo,
     MemberResult,
@@ -35,7 +36,6 @@ from ..wire.grpc import (
     error_from_rpc,
     from_proto,
     member_error,
-    proto_to_embed,
     rpc_types,
     to_proto,
 )
@@ -78,8 +78,8 @@ class AsyncGrpcReweighterClient(AsyncClientBase):
         return from_proto(answer, call.result)
 
     async def embed(self, texts: Sequence[str]) -> EmbedResult:
-        msg = pb.EmbedRequest(inputs=list(texts))
-        return proto_to_embed(await self._call(self._stub.Embed, msg))
+        msg = to_proto(EmbedRequest(list(texts)), pb.EmbedRequest)
+        return from_proto(await self._call(self._stub.Embed, msg), EmbedResult)
 
     async def info(self) -> EngineInfo:
         return from_proto(await self._call(self._stub.Info, pb.InfoRequest()), EngineInfo)

@@ -26,13 +26,14 @@ from pydantic import TypeAdapter, ValidationError
 
 from ..errors import ConnectionFailed, ReweighterError
 from ..types import (
+    EmbedRequest,
     EmbedResult,
     EngineInfo,
     MemberResult,
     MemberSubmission,
 )
 from ..wire.calls import Call
-from ..wire.http import EmbedIn, EmbedOut, ErrorOut, body, parse
+from ..wire.http import ErrorOut, body, parse
 from ._base import DEFAULT_TIMEOUT_S, DEFAULT_URL, AsyncClientBase
 from ._sync import SyncClient
 from .retry import RetryPolicy
@@ -102,9 +103,8 @@ class AsyncReweighterClient(AsyncClientBase):
         return await self._call("POST", call.path, _parse(call.result), body(request))
 
     async def embed(self, texts: Sequence[str]) -> EmbedResult:
-        payload = EmbedIn.wire(texts)
-        answer = await self._call("POST", "/v1/embed", EmbedOut.model_validate_json, payload)
-        return answer.to_result()
+        payload = body(EmbedRequest(list(texts)))
+        return await self._call("POST", "/v1/embed", _parse(EmbedResult), payload)
 
     async def info(self) -> EngineInfo:
         return await self._call("GET", "/v1/info", _INFO.validate_json)

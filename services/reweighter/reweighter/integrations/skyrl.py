@@ -12,7 +12,7 @@ Every entry's `trajectory_ids[i].instance_id` names its prompt, so groups are kn
     from reweighter.integrations.skyrl import ReweighterPostprocessMixin
 
     class ReweightedTrainer(ReweighterPostprocessMixin, RayPPOTrainer):
-        reweighter_url = "http://reweighter:8080"
+        reweighter_url = "http://reweighter:8080"     # any ReweighterOptions: reweighter_<name>
 
 or call `reweight_generator_output` from your own trainer subclass or generator.
 
@@ -28,9 +28,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..client import DEFAULT_URL, Reweighter, connect
+from ..client import Reweighter
 from ..types import DEFAULT_METHOD
 from ._stacks import answer_or_none, reweight_by_key
+from .options import ReweighterOptions
 
 Decode = Callable[[Sequence[int]], str]
 
@@ -95,15 +96,27 @@ def reweight_generator_output(
 class ReweighterPostprocessMixin:
     """Put before RayPPOTrainer (or FullyAsyncRayPPOTrainer) in the bases; reweights, then lets
     SkyRL's own postprocessing (per-token rewards, zero-variance filter, step-wise merging, its
-    reward metrics over the raw rewards) run on the result. Set `reweighter_url` (any
-    `reweighter.client.connect` URL), optionally `reweighter_method`, `reweighter_params`,
-    `reweighter_api_key`, or assign a client to `reweighter_backend`."""
+    reward metrics over the raw rewards) run on the result.
 
-    reweighter_url: str = DEFAULT_URL
-    reweighter_method: str = DEFAULT_METHOD
-    reweighter_params: Mapping[str, Any] = {}
-    reweighter_api_key: str | None = None
+    The options are ReweighterOptions' (integrations/options.py), each set as a class attribute
+    `reweighter_<option>`: `reweighter_url` (any `reweighter.client.connect` URL),
+    `reweighter_api_key`, `reweighter_timeout_s`, `reweighter_long_text` (in process),
+    `reweighter_method`, `reweighter_params`; or assign a client to `reweighter_backend`. They
+    are checked when the class is defined: a misspelt `reweighter_*` attribute, a bad value, an
+    option the backend cannot apply or one SkyRL decides itself (`reweighter_advantages`:
+    SkyRL computes its advantages from the reweighted rewards) is refused, naming it."""
+
     reweighter_backend: Reweighter | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        mixin_options(cls)  # a mistake fails where the class is defined
+
+    @property
+    def reweighter_options(self) -> ReweighterOptions:
+        """The `reweighter_<option>` attributes as they are now (an attribute assigned after
+        the class was defined, or on the instance, counts), checked again."""
+        return mixin_options(self)
 
     def postprocess_generator_output(
         self,
@@ -112,15 +125,16 @@ class ReweighterPostprocessMixin:
         metrics_generator_output: Any = None,
         metrics_uids: list[str] | None = None,
     ) -> tuple[Any, list[str]]:
+        options = self.reweighter_options
         if self.reweighter_backend is None:
-            self.reweighter_backend = connect(self.reweighter_url, api_key=self.reweighter_api_key)
+            self.reweighter_backend = options.connect()
         tokenizer = self.tokenizer  # type: ignore[attr-defined]  (RayPPOTrainer has one)
         reweighted = reweight_generator_output(
             generator_output,
             self.reweighter_backend,
             lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
-            method=self.reweighter_method,
-            params=self.reweighter_params,
+            method=options.method,
+            params=options.params,
             step=getattr(self, "global_step", None),
         )
         # SkyRL copied rollout_metrics into all_metrics (and dropped them) before this hook:
@@ -142,3 +156,28 @@ class ReweighterPostprocessMixin:
 
 
 _PREFIX = "reweighter/"
+_PREFIX_ATTR = "reweighter_"
+_OWN = ("reweighter_backend", "reweighter_options")
+
+
+def mixin_options(obj: Any) -> ReweighterOptions:
+    """The options a class (or an instance) sets as `reweighter_<option>` attributes, its
+    bases' too, the nearest winning; parsed as ReweighterOptions for SkyRL, errors naming the
+    attribute."""
+    cls = obj if isinstance(obj, type) else type(obj)
+    layers = [vars(k) for k in reversed(cls.__mro__)]
+    if obj is not cls:
+        layers.append(vars(obj))
+    given: dict[str, Any] = {}
+    for layer in layers:
+        for attr, value in layer.items():
+            if not attr.startswith(_PREFIX_ATTR) or attr in _OWN:
+                continue
+            name = attr.removeprefix(_PREFIX_ATTR)
+            if name not in ReweighterOptions.model_fields:
+                known = ", ".join(_PREFIX_ATTR + n for n in ReweighterOptions.model_fields)
+                raise ValueError(f"{cls.__name__}.{attr}: not a Reweighter option ({known})")
+            given[name] = value
+    return ReweighterOptions.parse(
+        given, lambda k: f"{cls.__name__}.{_PREFIX_ATTR}{k}", stack="skyrl"
+    )

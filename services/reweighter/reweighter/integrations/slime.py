@@ -6,8 +6,9 @@ slime calls the hook as `f(args, samples) -> (raw_rewards, rewards)` with the WH
 batch (every `Sample` carries its `group_index`), before advantages are computed; `rewards` is
 what the advantage estimator uses. So there is nothing to assemble: one /v1/reweight call per
 batch, groups keyed by `group_index`, members in `Sample.index` order. The client is configured
-from the environment (REWEIGHTER_URL, REWEIGHTER_API_KEY, REWEIGHTER_METHOD, REWEIGHTER_PARAMS,
-REWEIGHTER_TIMEOUT_S).
+from the environment (ReweighterOptions.from_env: REWEIGHTER_URL, REWEIGHTER_API_KEY,
+REWEIGHTER_TIMEOUT_S, REWEIGHTER_LONG_TEXT, REWEIGHTER_METHOD, REWEIGHTER_PARAMS); the advantages
+follow slime's own flags (below), so REWEIGHTER_ADVANTAGES is refused, naming it.
 
 slime's default post-processing normalises rewards per group for grpo/gspo/cispo (and
 reinforce_plus_plus_baseline) when `--rewards-normalization` is on, dividing by the std when
@@ -19,7 +20,7 @@ sample std; `dr_grpo`: r - mean), so slime's advantage sees the diversity-aware 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..client import Reweighter
@@ -103,9 +104,15 @@ def make_post_process(
     return post_process_rewards
 
 
+def options_from_env(env: Mapping[str, str] | None = None) -> ReweighterOptions:
+    """The hook's options: REWEIGHTER_* (ReweighterOptions.from_env); the advantages follow
+    slime's flags, so REWEIGHTER_ADVANTAGES (and _ADVANTAGE_PARAMS) is refused, naming it."""
+    return ReweighterOptions.from_env(env, stack="slime")
+
+
 @functools.cache
 def _default_hook() -> Callable[[Any, Sequence[Any]], tuple[list[float], list[float]]]:
-    cfg = ReweighterOptions.from_env()
+    cfg = options_from_env()
     return make_post_process(cfg.connect(), method=cfg.method, params=dict(cfg.params))
 
 

@@ -49,8 +49,6 @@ def _key(prompt: Any) -> str:
     return prompt_key(prompt)[:12]
 
 
-
-
 @dataclass
 class _Batch:
     """What every process contributes: its slice, in its order."""
@@ -94,6 +92,8 @@ class ReweightedReward:
     name: str = "reweighted"
     """What TRL calls this function in its metrics: rewards/<name>/mean."""
     timings: Timings = field(default_factory=Timings)
+    options: ReweighterOptions | None = None
+    """The options `reweighted()` read (None when built directly)."""
 
     def __post_init__(self) -> None:
         if not self.reward_funcs:
@@ -226,7 +226,6 @@ class ReweightedReward:
         )
 
 
-
 def reweighted(
     *reward_funcs: RewardFunc,
     num_generations: int,
@@ -247,23 +246,24 @@ def reweighted(
     `backend` is a `reweighter.client.connect` URL ("http://host:port", "grpc://host:port",
     "inprocess" to load the embedding model here) or an object with `reweight(ReweightRequest)`.
     The connection options (`api_key`, `timeout_s` per call, `long_text` in process) and the
-    request's (`method`, `params`, `advantages`) are ReweighterOptions' (integrations/options.py):
-    one that the backend cannot apply is refused, never dropped.
+    request's (`method`, `params`, `advantages`, `advantage_params`) are ReweighterOptions'
+    (integrations/options.py): one that the backend cannot apply is refused, never dropped.
     """
-    url = backend if isinstance(backend, str) else None
-    options = ReweighterOptions.parse(
-        {"url": url, "api_key": api_key, "timeout_s": timeout_s, "long_text": long_text,
-         "method": str(method), "params": dict(params or {}), "advantages": advantages}
-    )  # fmt: skip
-    if url is not None:
-        backend = options.connect()
-    elif not callable(getattr(backend, "reweight", None)):
-        raise TypeError("backend must be a URL string or an object with a reweight() method")
-    else:
-        given = {"api_key": api_key, "timeout_s": timeout_s, "long_text": long_text}
-        for name, value in given.items():
+    connection = {"api_key": api_key, "timeout_s": timeout_s, "long_text": long_text}
+    if not isinstance(backend, str):
+        if not callable(getattr(backend, "reweight", None)):
+            raise TypeError("backend must be a URL string or an object with a reweight() method")
+        for name, value in connection.items():
             if value is not None:
                 raise ValueError(f"{name}: applies to a backend given as a URL, not to an object")
+    options = ReweighterOptions.parse(
+        {"url": backend if isinstance(backend, str) else None, **connection,
+         "method": str(method), "params": dict(params or {}), "advantages": advantages,
+         "advantage_params": dict(advantage_params or {})},
+        stack="trl",
+    )  # fmt: skip
+    if isinstance(backend, str):
+        backend = options.connect()
     return ReweightedReward(
         reward_funcs=list(reward_funcs),
         backend=backend,  # type: ignore[arg-type]
@@ -272,5 +272,5 @@ def reweighted(
         num_generations_eval=num_generations_eval,
         **options.request(),
         answer_func=answer_func,
-        advantage_params=dict(advantage_params or {}),
+        options=options,
     )

@@ -52,6 +52,10 @@ from reweighter.client import Reweighter
 from reweighter.integrations.options import ReweighterOptions
 
 DEFAULT_VAL_SPLITS = ("test", "val", "validation")
+VERL_KEYS = ("base", "group_size", "timeout_s", "member_key", "val_splits")
+"""reward.reweighter keys of verl's own; every other key is a ReweighterOptions option.
+`timeout_s` here is how long a sample waits for its group (the call waits that plus a
+margin), not the options' per-call bound."""
 log = logging.getLogger(__name__)
 _HINTS = {
     "short": "fewer than group_size samples of this uid arrived within timeout_s: "
@@ -72,6 +76,17 @@ def _settings(config: Any) -> dict[str, Any]:
         return dict(OmegaConf.to_container(raw, resolve=True))  # type: ignore[arg-type]
     except (ImportError, ValueError):
         return dict(raw)
+
+
+def verl_options(cfg: Mapping[str, Any]) -> ReweighterOptions:
+    """The connection and the request from `reward.reweighter`: every key but verl's own
+    (VERL_KEYS) is a ReweighterOptions option, named as verl's key in errors; an unknown key,
+    or one verl cannot honour (advantages), is refused naming it."""
+    shared = {k: v for k, v in cfg.items() if k not in VERL_KEYS}
+    for k in ("params", "advantage_params"):
+        if shared.get(k) is not None:
+            shared[k] = dict(shared[k])
+    return ReweighterOptions.parse(shared, lambda k: f"reward.reweighter.{k}", stack="verl")
 
 
 class ReweighterRewardManager(RewardManagerBase):
@@ -97,12 +112,7 @@ class ReweighterRewardManager(RewardManagerBase):
             reward_model_tokenizer=reward_model_tokenizer,
         )
         self.group_size = int(cfg.get("group_size") or config.actor_rollout_ref.rollout.n)
-        # the connection and the request: the shared options model, named as verl's keys
-        shared = ("url", "api_key", "method", "params")  # verl computes its own advantages
-        self.options = ReweighterOptions.parse(
-            {k: (dict(cfg[k]) if k == "params" else cfg[k]) for k in shared if cfg.get(k)},
-            lambda k: f"reward.reweighter.{k}",
-        )
+        self.options = verl_options(cfg)
         self.method = self.options.method
         self.params: Mapping[str, Any] = self.options.params
         self.timeout_s: float | None = cfg.get("timeout_s")  # a member's wait, not a call's

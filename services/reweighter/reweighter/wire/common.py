@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import MISSING, Field, fields
 from typing import Any
-
-from ..errors import InvalidInput
 
 
 def wire_name(name: str) -> str:
@@ -32,13 +29,3 @@ def _default(f: Field) -> Any:
 
 def has_default(f: Field) -> bool:
     return f.default is not MISSING or f.default_factory is not MISSING
-
-
-def embed_texts(inputs: Sequence[str] | str, normalize: bool | None) -> list[str]:
-    """The texts of an embed request. `normalize` may be left out; only true is supported."""
-    if normalize is False:
-        raise InvalidInput(
-            "only normalize=true is supported: the encoder returns unit vectors",
-            field="normalize",
-        )
-    return [inputs] if isinstance(inputs, str) else list(inputs)

@@ -26,9 +26,9 @@ from google.protobuf.message import Message
 from typing_extensions import is_typeddict  # EngineInfo is typing_extensions' TypedDict
 
 from ..errors import ConnectionFailed, InvalidInput, ReweighterError, error_from
-from ..types import EmbedResult, ReweightRequest
+from ..types import ReweightRequest
 from ._proto.reweighter.v1 import reweighter_pb2 as pb
-from .common import default_of, embed_texts, has_default, wire_name
+from .common import default_of, has_default, wire_name
 
 ERROR_TYPE_KEY = "reweighter-error-type"
 ERROR_FIELD_KEY = "reweighter-error-field"
@@ -97,6 +97,10 @@ def _fill(msg: Message, message: Any) -> None:
             continue
         target = getattr(msg, fd.name)
         if fd.message_type is None:
+            if _repeated(fd) and isinstance(value, str):
+                value = [value]  # a text where the field takes texts (EmbedRequest.inputs)
+            if _repeated(fd) and _matrix_width(message, fd.name):
+                value = np.asarray(value, dtype=np.float32).ravel()  # one packed array
             if _repeated(fd):
                 items = value.tolist() if hasattr(value, "tolist") else value  # numpy, torch
                 target.extend(_scalar(fd, v) for v in items)
@@ -123,6 +127,16 @@ def _fill_message(msg: Message, value: Any) -> None:
         packing[0](msg, value)
     else:
         _fill(msg, value)
+
+
+def _matrix_width(message: Any, name: str) -> str | None:
+    """The field holding a matrix field's width (`wire(matrix=...)`), None for other fields."""
+    if not dataclasses.is_dataclass(message):
+        return None
+    for f in dataclasses.fields(message):
+        if wire_name(f.name) == name:
+            return f.metadata.get("matrix")  # type: ignore[no-any-return]
+    return None
 
 
 def _read(message: Any, name: str) -> Any:
@@ -163,6 +177,11 @@ def from_proto(msg: Message, cls: type[T], where: str = "") -> T:
             value = _value(msg, fd, hints[f.name], f, where)
             if value is not dataclasses.MISSING:
                 given[f.name] = value
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        width = f.metadata.get("matrix")
+        if width and given.get(f.name) is not None:  # packed rows of the message's width
+            rows = np.asarray(given[f.name], dtype=np.float32)
+            given[f.name] = rows.reshape(-1, int(given.get(width) or 1))
     return cls(**given)
 
 
@@ -216,7 +235,7 @@ def _inner(hint: Any) -> Any:
     return hint
 
 
-# -- what is not a dataclass: the RPCs' messages, embed, the method label, errors -------
+# -- what is not a dataclass: the RPCs' messages, the method label, errors ---------------
 
 
 def rpc_types(rpc: str) -> tuple[type[Message], type[Message]]:
@@ -231,21 +250,6 @@ def method_of(msg: Any) -> str:
     if "method" not in msg.DESCRIPTOR.fields_by_name:
         return ""
     return msg.method or str(default_of(ReweightRequest, "method"))
-
-
-def embed_inputs(msg: pb.EmbedRequest) -> list[str]:
-    return embed_texts(msg.inputs, msg.normalize if msg.HasField("normalize") else None)
-
-
-def embed_to_proto(result: EmbedResult) -> pb.EmbedResponse:
-    msg = pb.EmbedResponse(model=result.model, dim=result.dim)
-    msg.embeddings.extend(np.asarray(result.embeddings, dtype=np.float32).ravel().tolist())
-    return msg
-
-
-def proto_to_embed(msg: pb.EmbedResponse) -> EmbedResult:
-    arr = np.asarray(msg.embeddings, dtype=np.float32).reshape(-1, msg.dim or 1)
-    return EmbedResult(model=msg.model, dim=msg.dim, embeddings=arr)
 
 
 def error_metadata(exc: ReweighterError) -> tuple[tuple[str, str], ...]:

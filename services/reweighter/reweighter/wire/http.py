@@ -35,6 +35,7 @@ from ..errors import ReweighterError, error_from
 from ..methods.catalog import CATALOG, method_names
 from ..types import (
     AdvantageKind,
+    EmbedRequest,
     EmbedResult,
     MemberResult,
     MemberSubmission,
@@ -42,7 +43,7 @@ from ..types import (
     ReweightRequest,
     ReweightResult,
 )
-from .common import embed_texts, wire_name
+from .common import wire_name
 
 Number = StrictFloat | StrictInt
 """A JSON number; strict so that "1" or true is rejected instead of silently converted.
@@ -104,7 +105,8 @@ def model(cls: type, inbound: bool) -> type[BaseModel]:
             kw["default_factory"] = f.default_factory
         if not inbound and meta.get("omit_none"):
             kw.update(default=None, exclude_if=_is_none)
-        spec[f.name] = (_type(hints[f.name], inbound, meta.get("non_empty", False)), Field(**kw))
+        hint = list[list[float]] if meta.get("matrix") else hints[f.name]
+        spec[f.name] = (_type(hint, inbound, meta.get("non_empty", False)), Field(**kw))
     base = cls.__name__.removesuffix("Request").removesuffix("Submission").removesuffix("Result")
     doc = cls.__doc__ if cls.__doc__ and not cls.__doc__.startswith(f"{cls.__name__}(") else None
     name, config = (base + "In", _IN) if inbound else (base + "Out", _OUT)
@@ -127,9 +129,10 @@ def _type(hint: Any, inbound: bool, non_empty: bool = False) -> Any:
             t = MethodName if inbound else str
         elif set(rest) == {AdvantageKind, str}:
             t = AdvantageName if inbound else str
-        else:
-            (one,) = rest
-            t = _type(one, inbound, non_empty)
+        else:  # one type, or a choice (a text or a list of texts)
+            (t, *more) = [_type(a, inbound, non_empty) for a in rest]
+            for m in more:
+                t = t | m
         return t | None if len(rest) < len(args) else t
     if origin in (Sequence, list):
         listed = list[_type(args[0], inbound)]  # type: ignore[misc]
@@ -154,9 +157,14 @@ M = TypeVar("M")
 
 def to_engine(value: BaseModel, **path: Any) -> Any:
     """A parsed body (or a parsed answer) as its message dataclass; `path`: the fields the URL
-    carries."""
+    carries. A matrix field becomes a float32 [rows, width] array."""
     cls = _SOURCE[type(value)]
     given = {name: _engine(getattr(value, name)) for name in type(value).model_fields}
+    for f in dataclasses.fields(cls):
+        width = f.metadata.get("matrix")
+        if width and given.get(f.name) is not None:
+            rows = np.asarray(given[f.name], dtype=np.float32)
+            given[f.name] = rows.reshape(-1, int(given[width]) or 1) if rows.ndim != 2 else rows
     return cls(**given, **path)
 
 
@@ -170,7 +178,14 @@ def _engine(v: Any) -> Any:
 
 def answer(result: Any) -> BaseModel:
     """An engine result as its answer model (what the route returns)."""
-    return model(type(result), inbound=False).model_validate(result, from_attributes=True)
+    out = model(type(result), inbound=False)
+    matrices = [f.name for f in dataclasses.fields(result) if f.metadata.get("matrix")]
+    if matrices:  # an array as its rows (pydantic reads lists, not arrays)
+        given = {f.name: getattr(result, f.name) for f in dataclasses.fields(result)}
+        for name in matrices:
+            given[name] = np.asarray(given[name], dtype=np.float32).tolist()
+        return out.model_validate(given, from_attributes=True)
+    return out.model_validate(result, from_attributes=True)
 
 
 def parse(cls: type[M], data: bytes) -> M:
@@ -208,38 +223,11 @@ ReweightIn = model(ReweightRequest, inbound=True)
 ReweightOut = model(ReweightResult, inbound=False)
 MemberIn = model(MemberSubmission, inbound=True)
 MemberOut = model(MemberResult, inbound=False)
+EmbedIn = model(EmbedRequest, inbound=True)
+EmbedOut = model(EmbedResult, inbound=False)
 
 
-# -- embed, status and errors: HTTP-only shapes (TEI's conventions) -------------------------
-
-
-class EmbedIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    inputs: list[StrictStr] | StrictStr = Field(..., description="texts (or one text)")
-    normalize: bool = Field(True, description="only true is supported: vectors are unit length")
-
-    def texts(self) -> list[str]:
-        return embed_texts(self.inputs, self.normalize)
-
-    @staticmethod
-    def wire(texts: Sequence[str]) -> dict[str, Any]:
-        return {"inputs": list(texts)}
-
-
-class EmbedOut(BaseModel):
-    model: str
-    dim: int
-    embeddings: list[list[float]]
-
-    @classmethod
-    def from_result(cls, result: EmbedResult) -> EmbedOut:
-        rows = np.asarray(result.embeddings, dtype=np.float32).tolist()
-        return cls.model_construct(model=result.model, dim=result.dim, embeddings=rows)
-
-    def to_result(self) -> EmbedResult:
-        arr = np.asarray(self.embeddings, dtype=np.float32).reshape(-1, self.dim)
-        return EmbedResult(model=self.model, dim=self.dim, embeddings=arr)
+# -- status and errors: HTTP-only shapes (TEI's conventions) -------------------------------
 
 
 class StatusOut(BaseModel):

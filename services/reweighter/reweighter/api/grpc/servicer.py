@@ -2,8 +2,8 @@
 with the error class and field in trailing metadata (the client rebuilds the same error).
 
 The request/answer calls (reweighter.wire.calls: Reweight, and any the route recipe adds) are
-served from their table entry, with no code here; Embed, Info and the member RPCs have shapes
-of their own and are written out.
+served from their table entry, with no code here; Embed, Info and the member RPCs are written
+out (their messages are still derived: reweighter.wire.grpc).
 """
 
 from __future__ import annotations
@@ -17,13 +17,11 @@ import grpc
 from ...assembly import GroupAssembler
 from ...engine.surface import EngineSurface
 from ...errors import NotReady, ReweighterError
-from ...types import MemberSubmission
+from ...types import EmbedRequest, MemberSubmission
 from ...wire._proto.reweighter.v1 import reweighter_pb2 as pb
 from ...wire._proto.reweighter.v1 import reweighter_pb2_grpc as pb_grpc
 from ...wire.calls import CALLS, Call
 from ...wire.grpc import (
-    embed_inputs,
-    embed_to_proto,
     error_metadata,
     from_proto,
     member_error_to_proto,
@@ -66,7 +64,8 @@ class ReweighterServicer(pb_grpc.ReweighterServicer):
 
     async def Embed(self, request: pb.EmbedRequest, context: Any) -> pb.EmbedResponse:
         async def run() -> pb.EmbedResponse:
-            return embed_to_proto(await self.engine.aembed(embed_inputs(request)))
+            texts = from_proto(request, EmbedRequest).texts()
+            return to_proto(await self.engine.aembed(texts), pb.EmbedResponse)
 
         return await self._call(context, "embed", "", run)
 

@@ -11,6 +11,14 @@ completes, and no bound on connections, so a few thousand idle sockets exhaust d
 - head deadline: a connection must deliver a complete request head within `header_timeout_s` of
   opening (or of its previous response), however slowly it trickles bytes in;
 - body deadline: the body must arrive within `body_timeout_s` of its head;
+- health first: a complete `GET /healthz` or `GET /readyz` head on an idle keep-alive
+  connection is answered here, in the callback that read its bytes, with the app's own answer
+  (router.py has the same routes for ASGI callers; tests/api holds the two to the same bytes).
+  Through the app the probe would be a task run in a later loop iteration, behind every
+  callback that the assembly flood has made ready by then: each iteration under a flood is
+  long, and the probe waited two or more of them (issue 29: 2.1 s on a loaded machine, where
+  the liveness probe gives up at 3 s). Here it waits for none: the socket is read, answered and
+  written in one callback, whatever the loop has queued behind it.
 - bound: at `max_connections` open connections, a new one closes the oldest connection that has
   no request in progress (idle keep-alive, or a head still arriving): a flood of idle sockets
   cannot lock out /healthz or real clients. When every connection is busy, the new one gets a
@@ -26,8 +34,10 @@ import json
 import logging
 import resource
 import socket
+from collections.abc import Callable
 from typing import Any
 
+import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 log = logging.getLogger(__name__)
@@ -74,19 +84,73 @@ def _refusal(status: int, reason: str, message: str, kind: str) -> bytes:
     return head.encode() + body
 
 
+HEALTH_PATHS = (b"/healthz", b"/readyz")
+_NOT_A_PROBE = (b"content-length", b"transfer-encoding", b"expect", b"upgrade")
+
+
+def health_answer(path: bytes, ready: bool, close: bool, extra: list[tuple[bytes, bytes]]) -> bytes:
+    """The bytes of the app's answer to GET `path` (router.py's healthz / readyz: the same
+    status, headers and JSON), given whether the engine is `ready`."""
+    if path == b"/healthz":
+        status, body, more = b"200 OK", b'{"status":"ok"}', []
+    elif ready:
+        status, body, more = b"200 OK", b'{"status":"ready"}', []
+    else:
+        status, body = b"503 Service Unavailable", b'{"status":"loading"}'
+        more = [(b"retry-after", b"1")]
+    headers = [*extra, (b"content-length", str(len(body)).encode()),
+               (b"content-type", b"application/json"), *more]  # fmt: skip
+    if close:
+        headers.append((b"connection", b"close"))
+    head = b"".join(b"%s: %s\r\n" % (k, v) for k, v in headers)
+    return b"HTTP/1.1 " + status + b"\r\n" + head + b"\r\n" + body
+
+
+def health_request(data: bytes) -> tuple[bytes, bool] | None:
+    """(path, close) when `data` is exactly one complete `GET /healthz|/readyz HTTP/1.1` head
+    with no body; None for anything else (the app answers it)."""
+    if not data.startswith(b"GET /") or not data.endswith(b"\r\n\r\n"):
+        return None
+    if data.count(b"\r\n\r\n") != 1 or len(data) > 8192:
+        return None
+    line, _, rest = data.partition(b"\r\n")
+    parts = line.split(b" ")
+    if len(parts) != 3 or parts[1] not in HEALTH_PATHS or parts[2] != b"HTTP/1.1":
+        return None
+    close = False
+    for header in rest[:-4].split(b"\r\n") if rest[:-4] else []:
+        raw, sep, value = header.partition(b":")
+        name, value = raw.lower(), value.strip().lower()
+        if not sep or not name or name != name.strip():  # h11 would refuse it: let it
+            return None
+        if name in _NOT_A_PROBE and (name, value) != (b"content-length", b"0"):
+            return None  # a body, or more than a plain request: the app's
+        if name == b"connection" and b"close" in value:
+            close = True
+    return parts[1], close
+
+
 class ConnectionGuard:
-    """Open connections of one HTTP server, oldest first, and the limits they live under."""
+    """Open connections of one HTTP server, oldest first, and the limits they live under;
+    `ready` (the engine's readiness), when given, lets the connections answer the health
+    probes themselves (see the module docstring)."""
 
     def __init__(
-        self, max_connections: int, header_timeout_s: float, body_timeout_s: float
+        self,
+        max_connections: int,
+        header_timeout_s: float,
+        body_timeout_s: float,
+        ready: Callable[[], bool] | None = None,
     ) -> None:
         self.max_connections = max_connections
         self.header_timeout_s = header_timeout_s
         self.body_timeout_s = body_timeout_s
+        self.ready = ready
         self.open: dict[GuardedProtocol, None] = {}  # insertion order = age
         self.evicted = 0
         self.refused = 0
         self.timed_out = 0
+        self.health_answered = 0
 
     def admit(self, conn: GuardedProtocol) -> bool:
         if len(self.open) >= self.max_connections:
@@ -140,8 +204,39 @@ class GuardedProtocol(H11Protocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self.guard.ready is not None and self._answer_health(data):
+            return
         super().data_received(data)
         self._arm()
+
+    def _answer_health(self, data: bytes) -> bool:
+        """Answer a health probe now, when the connection is between requests and `data` is
+        exactly one probe's head; False (nothing done) otherwise. h11 never sees these bytes,
+        and its state stays IDLE for the connection's next request."""
+        conn = self.conn
+        if not (self.idle and conn.our_state is h11.IDLE and conn.their_state is h11.IDLE):
+            return False
+        if conn.trailing_data[0]:  # part of another request is buffered: keep the order
+            return False
+        probe = health_request(data)
+        if probe is None:
+            return False
+        path, close = probe
+        assert self.guard.ready is not None
+        self.guard.health_answered += 1
+        self.server_state.total_requests += 1
+        extra = list(self.server_state.default_headers)
+        self.transport.write(health_answer(path, self.guard.ready(), close, extra))
+        if close:
+            self.transport.close()
+            return True
+        self._unset_keepalive_if_required()
+        self.timeout_keep_alive_task = self.loop.call_later(
+            self.timeout_keep_alive, self.timeout_keep_alive_handler
+        )
+        self._disarm()  # a new head deadline: the next request starts now
+        self._arm()
+        return True
 
     def on_response_complete(self) -> None:
         super().on_response_complete()

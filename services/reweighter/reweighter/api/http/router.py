@@ -2,7 +2,9 @@
 
 The request/answer calls (reweighter.wire.calls: reweight, and any added by the route recipe
 in the `reweighter` package docstring) are routed from their table entry, with no code here;
-embed, info, the group members and the health routes have shapes of their own.
+embed, info, the group members and the health routes are written out here, their messages
+still derived from reweighter.types (reweighter.wire.http); the health routes are also answered
+by the connection layer before the app (api/http/connections.py), with the same bytes.
 The field names of its schema errors and its metrics label come from the route itself
 (routes.py): there is no list to extend.
 """
@@ -108,7 +110,7 @@ def build_router(
     async def embed(body: EmbedIn) -> EmbedOut:
         """Embed texts (TEI's conventions): unit vectors, one per input."""
         with metrics.track("http", "embed"):
-            return EmbedOut.from_result(await engine.aembed(body.texts()))
+            return answer(await engine.aembed(to_engine(body).texts()))  # type: ignore[return-value]
 
     # group ids may hold "/" (sent percent-encoded; the path is decoded before routing)
     @api.post(
