@@ -96,6 +96,19 @@ def test_darling_floor_as_the_authors_code_and_the_paper_without_it() -> None:
     close(darling(torch.tensor([0.7]), torch.tensor([0])), [0.7])
 
 
+def test_darling_keeps_a_penalty_as_it_is() -> None:
+    # rewards (1, 1, -1, -1), classes {0, 1}, {2, 3}: d = (4-2)/3 = 2/3 each. Quality is scaled,
+    # a penalty is kept: multiplying -1 by d (or by the floor, for a group-wide wrong answer)
+    # would cut the penalty of a collapsed wrong answer and push toward it.
+    r = torch.tensor([1.0, 1.0, -1.0, -1.0])
+    close(darling(r, torch.tensor([0, 0, 1, 1])), [2 / 3, 2 / 3, -1.0, -1.0])
+    # four copies of one wrong answer beside nothing else: every penalty stays -0.5, not -0.05
+    close(darling(torch.tensor([-0.5] * 4), torch.zeros(4, dtype=torch.long)), [-0.5] * 4)
+    # a unique wrong answer and a collapsed one are penalised alike (no reward for collapse)
+    out = darling(torch.tensor([1.0, -1.0, -1.0, -1.0]), torch.tensor([0, 1, 1, 2]))
+    close(out, [1.0, -1.0, -1.0, -1.0])
+
+
 def test_darling_from_similarity_hand_computed() -> None:
     # s01 = 0.95 >= 0.9: {0, 1}, {2}. d = (1/2, 1/2, 1).
     s = torch.tensor([[1.0, 0.95, 0.2], [0.95, 1.0, 0.3], [0.2, 0.3, 1.0]])

@@ -20,8 +20,12 @@ learned pairwise classifier (P(same) > 0.5, plus exact unigram overlap for answe
 with a calibrated threshold, because the service has no classifier and an answer string is
 exact where one exists. `diversity_floor=0` gives the paper's formula without the floor.
 
-Rewards are meant to be non-negative qualities (as in the paper): a negative reward times a
-diversity near 1 stays as negative as it was.
+Rewards are non-negative qualities in the paper (correctness in {0, 1}), where a wrong answer's
+0 stays 0 whatever its diversity. A negative reward (a penalty, as the papers' format/length
+rewards give a wrong answer) is kept as it is, for the same reason: multiplying it by d would
+shrink the penalty of a *collapsed* wrong answer (d at the floor) ten-fold while a unique wrong
+answer kept all of it, rewarding collapse. So r~_i = r_i * max(d_i, floor) for r_i > 0, r_i
+otherwise: diversity scales quality, never a penalty.
 """
 
 from __future__ import annotations
@@ -46,7 +50,8 @@ def diversity(b: _checks.Batch, labels: torch.Tensor) -> torch.Tensor:
 
 def _darling(b: _checks.Batch, labels: torch.Tensor, floor: float) -> torch.Tensor:
     d = diversity(b, labels).clamp_min(floor)
-    out = b.rewards * d
+    # diversity scales quality, never a penalty (module docstring): r <= 0 is kept
+    out = torch.where(b.rewards > 0, b.rewards * d, b.rewards)
     return out if b.mask is None else out.masked_fill(~b.mask, 0.0)
 
 
