@@ -43,14 +43,29 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     "dra": (Method.DRA.value, {}),
     "mmr": (Method.MMR.value, {"lambda": "adaptive", "equal_rewards": "diversify"}),
     "mmr-keep": (Method.MMR.value, {"lambda": "adaptive", "equal_rewards": "keep"}),
+    "darling": (Method.DARLING.value, {}),
+    "grpo-passk": (Method.NONE.value, {}),
 }
 """An experiment arm -> the reweighting method and params it trains with (GRPO: rewards
 unchanged). `mmr` is MMR-GRPO as the paper runs it (adaptive lambda, groups of equal rewards
 diversified); `mmr-keep` is what the pickone runs called "mmr" (equal groups left alone).
-Arms the service does not offer (darling, pass_at_k) are refused by the config check."""
-DECLARED_ARMS = {"darling": ("darling", {}), "grpo-passk": ("pass_at_k", {})}
-"""Arms of issue 31 whose methods are being added on another branch (issue: methods): run them
-with --methods darling,grpo-passk once `reweighter.methods.catalog` offers them."""
+`darling` (arXiv 2509.02534) takes its answer classes from the task's exact answers
+(`rewards.extract_answers`, sent by every arm; only darling uses them). `grpo-passk` is GRPO
+with Pass@k Training's advantages (ARM_CONFIG)."""
+PASSK_K = 4
+ARM_CONFIG: dict[str, dict[str, Any]] = {
+    "grpo-passk": {"reweighter": {"advantages": "pass_at_k",
+                                  "advantage_params": {"k": PASSK_K, "success_threshold": 1.0}},
+                   "scale_rewards": "none"},
+}
+"""Config beyond method and params, per arm. `grpo-passk`: the service's pass@k advantages
+(arXiv 2508.10751) with k = 4 of G = 8, returned as TRL's rewards (scale_rewards none, so TRL's
+own centring is a no-op on zero-mean advantages). success_threshold 1.0 is exact for the papers'
+reward on pick tasks: a correct completion scores format + 2 x [0.5, 1] >= 1.0, a wrong one
+format + 2 x [-0.5, 0] < 1.0 (1.0 only when empty or 400 characters long: not at 48 tokens)."""
+DECLARED_ARMS: dict[str, tuple[str, dict[str, Any]]] = {}
+"""Arms declared before their methods were offered (issue 31); darling and grpo-passk are in
+ARMS now that the methods branch has landed."""
 
 
 def log(msg: str) -> None:
@@ -178,6 +193,11 @@ def run_one(raw: dict, method: str, seed: int, steps: int, out: Path, eval_rows:
     raw["reweighter"]["method"] = name
     raw["reweighter"]["params"] = dict(params)
     raw["reweighter"]["url"] = opts.url
+    for key, value in ARM_CONFIG.get(method, {}).items():
+        if isinstance(value, dict):
+            raw.setdefault(key, {}).update(value)
+        else:
+            raw[key] = value
     raw.update(seed=seed, data_seed=seed, max_steps=steps, output_dir=str(out / f"{method}-{seed}"))
     cfg = parse(raw)
     from .data import load_dataset
