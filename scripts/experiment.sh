@@ -43,7 +43,7 @@ echo "[experiment.sh] policy: $($PY -m reweighter_trainer.policy)"
 PORT=$($PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 GPORT=$($PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 .venv/bin/reweighter serve --host 127.0.0.1 --http-port "$PORT" --grpc-port "$GPORT" \
-  --no-compile > "$OUT/service.log" 2>&1 &
+  --no-compile >> "$OUT/service.log" 2>&1 &
 SERVICE=$!
 trap 'kill "$SERVICE" 2>/dev/null; wait "$SERVICE" 2>/dev/null || true' EXIT
 echo "[experiment.sh] Reweighter service pid $SERVICE on 127.0.0.1:$PORT (log: $OUT/service.log)"
