@@ -19,12 +19,12 @@ PREREG=$(cat experiments/picktwo-pilot/PREREGISTERED 2>/dev/null || echo none)
 DECIDE=(--rule area --preregistered "$PREREG")
 [ -f "$PILOT" ] && DECIDE+=(--pilot "$PILOT")
 CONFIG=trainer/configs/smollm2-picktwo.yaml
-MODE=(--methods grpo,mmr,dra --seeds 0,1,2,3,4,5,6,7 --steps 50 --eval-prompts 27 --samples 8
+MODE=(--methods grpo,mmr,dra,darling,grpo-passk --seeds 0,1,2,3,4,5,6,7 --steps 50 --eval-prompts 27 --samples 8
       --base-eval --rule area --pilot "$PILOT" --preregistered "$PREREG" --no-dra-offline)
 EXTRA=()
 while [ $# -gt 0 ]; do
   case "$1" in
-    --quick) MODE=(--methods grpo,mmr,dra --seeds 0 --steps 3 --eval-prompts 3 --samples 8
+    --quick) MODE=(--methods grpo,mmr,dra,darling,grpo-passk --seeds 0 --steps 3 --eval-prompts 3 --samples 8
                    "${DECIDE[@]}" --no-dra-offline); shift ;;
     --pilot) MODE=(--methods grpo --seeds 100,101 --steps 50 --eval-prompts 9 --samples 8); shift ;;
     --pickone) CONFIG=trainer/configs/smollm2-pickone.yaml

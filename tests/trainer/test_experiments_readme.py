@@ -125,4 +125,5 @@ def test_the_pilot_command_on_the_provisional_curves(tmp_path: Path) -> None:
     committed = json.loads((REPO / "experiments/picktwo-provisional/pilot.json").read_text())
     for key in ("delta_2x", "phi", "tau", "tau_paired", "last10_mean"):
         assert got[key] == pytest.approx(committed[key]), key
-    assert len(got["power"]) == 24 and proc.stdout.count("\n| ") == 24  # 24 rows after the header
+    # 2 taus x 4 arm counts (POWER_ARMS) x 4 seed counts, after the header
+    assert len(got["power"]) == 32 and proc.stdout.count("\n| ") == 32

@@ -182,3 +182,34 @@ def test_pass_at_k_threshold_separates_right_from_wrong_under_the_papers_reward(
     assert all(correct_answer(t, "month_summer", "pick_two") for t in right)
     assert not any(correct_answer(t, "month_summer", "pick_two") for t in wrong)
     assert min(total(right)) >= 1.0 > max(total(wrong))
+
+
+def test_embedder_gap_from_logged_groups_by_hand() -> None:
+    """gate.from_groups: the within-prompt gap (mean cosine of same-answer correct pairs less
+    different-answer ones) over logged groups, wrong completions ignored. Unit vectors by hand:
+    a.b = 1 (same answer), a.c = 0.6 (different): gap 0.4 in each of three groups."""
+    from reweighter_trainer.gate import from_groups
+
+    vec = {"A1": [1.0, 0.0], "A2": [1.0, 0.0], "B": [0.6, 0.8], "W": [0.0, 1.0]}
+    groups = [{"completions": ["A1", "A2", "B", "W"],
+               "answers": ["july+june", "july+june", "august+july", None]}] * 3
+    got = from_groups(groups, lambda texts: np.array([vec[t] for t in texts]))
+    assert got["prompts_with_same_and_different_pairs"] == 3
+    assert got["mean_similarity_same_answer"] == pytest.approx(1.0)
+    assert got["mean_similarity_different_answer"] == pytest.approx(0.6)
+    assert got["similarity_gap"] == pytest.approx(0.4)
+    assert got["similarity_gap_ci95"] == pytest.approx([0.4, 0.4])
+    assert got["accuracy"] == pytest.approx(0.75) and got["embedder_sees_diversity"]
+
+
+def test_jobs_split_the_seeds_and_keep_every_other_option() -> None:
+    """--jobs N: process j trains seeds[j::N] with the same options and overrides, one job."""
+    from reweighter_trainer.experiment import child_argv
+
+    argv = ["--config", "c.yaml", "--out", "o", "--seeds", "0,1,2,3", "--jobs", "2",
+            "--methods", "grpo,mmr", "learning_rate=5e-6"]
+    assert child_argv(argv, [0, 2]) == ["--config", "c.yaml", "--out", "o", "--methods",
+                                        "grpo,mmr", "learning_rate=5e-6", "--seeds", "0,2",
+                                        "--jobs", "1"]
+    assert child_argv(["--seeds=5", "--jobs=3", "--steps", "3"], [5]) == [
+        "--steps", "3", "--seeds", "5", "--jobs", "1"]

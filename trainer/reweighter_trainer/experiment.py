@@ -293,6 +293,39 @@ def _decide(runs: list[dict], out: Path, client, offline_ok: bool,
     return extra
 
 
+def child_argv(argv: list[str], seeds: list[int]) -> list[str]:
+    """`argv` for one of --jobs' processes: the same options, its own `--seeds`, one job."""
+    out, skip = [], False
+    for i, a in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if a in ("--seeds", "--jobs") and i + 1 < len(argv):
+            skip = True
+            continue
+        if a.startswith(("--seeds=", "--jobs=")):
+            continue
+        out.append(a)
+    return [*out, "--seeds", ",".join(map(str, seeds)), "--jobs", "1"]
+
+
+def run_jobs(argv: list[str], seeds: list[int], jobs: int) -> None:
+    """Train the seeds in `jobs` processes side by side (seed i in process i mod jobs, each
+    with cpu_count / jobs threads), against the same service; waits for all, raises if one
+    fails. Each process resumes from OUT/runs like a single one; the caller then collects."""
+    import os
+    import subprocess
+
+    threads = str(max(1, (os.cpu_count() or 1) // jobs))
+    env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+    procs = [subprocess.Popen([sys.executable, "-m", "reweighter_trainer.experiment",
+                               *child_argv(argv, seeds[j::jobs])], env=env)
+             for j in range(min(jobs, len(seeds)))]
+    codes = [p.wait() for p in procs]
+    if any(codes):
+        raise RuntimeError(f"--jobs: a training process failed (exit codes {codes})")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="GRPO vs DRA vs MMR: train, evaluate, results.json")
     p.add_argument("--config", required=True, help="a reweighter-train YAML (the shared setup)")
@@ -315,7 +348,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="skip DRA's offline check on GRPO's groups (DRA is trained)")
     p.add_argument("--collect-only", action="store_true",
                    help="write results.json from the finished runs in OUT/runs, train nothing")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="train the seeds in this many processes side by side (then collect)")
     p.add_argument("overrides", nargs="*", help="config key=value overrides for every run")
+    argv = list(sys.argv[1:] if argv is None else argv)
     opts = p.parse_args(argv)
     if opts.samples < opts.k:
         p.error(f"--samples ({opts.samples}) must be >= --k ({opts.k})")
@@ -377,6 +413,9 @@ def main(argv: list[str] | None = None) -> int:
         (out / "base.json").write_text(json.dumps(ev, indent=2))
         log(f"untrained: accuracy {ev['accuracy']:.3f} pass@{opts.k} {ev['pass_at_k']:.3f} "
             f"sample accuracy {ev['sample_accuracy']:.3f}")
+    if opts.jobs > 1 and not opts.collect_only:
+        log(f"training seeds {seeds} in {opts.jobs} processes side by side")
+        run_jobs(argv, seeds, opts.jobs)
     runs = []
     plan = [(m, s) for s in seeds for m in methods]
     for i, (method, seed) in enumerate(plan, 1):
