@@ -57,8 +57,8 @@ def test_readme_line_quotes_only_what_experiments_md_leads_with() -> None:
     for phrase in ("no evidence of a 2x speed-up at this scale", "2x speed-up not excluded"):
         assert phrase in line.lower() and phrase in head.lower().replace("**", "")
     picktwo = (REPO / "EXPERIMENTS.md").read_text().split("### The task: `picktwo`", 1)[0]
-    if "pilot and runs are not done yet" in line:  # the state EXPERIMENTS.md must say too
-        assert "**Not decided: no pilot, no main run finished" in picktwo
+    if "main runs are not done yet" in line:  # the state EXPERIMENTS.md must say too
+        assert "**Not decided: no main run finished.**" in picktwo
     missing = [x for x in numbers(line) if x.lstrip("+") not in head]
     assert not missing, f"README quotes {missing}, which EXPERIMENTS.md's lead does not"
 
@@ -125,4 +125,5 @@ def test_the_pilot_command_on_the_provisional_curves(tmp_path: Path) -> None:
     committed = json.loads((REPO / "experiments/picktwo-provisional/pilot.json").read_text())
     for key in ("delta_2x", "phi", "tau", "tau_paired", "last10_mean"):
         assert got[key] == pytest.approx(committed[key]), key
-    assert len(got["power"]) == 24 and proc.stdout.count("\n| ") == 24  # 24 rows after the header
+    # 2 taus x 4 arm counts (POWER_ARMS) x 4 seed counts, after the header
+    assert len(got["power"]) == 32 and proc.stdout.count("\n| ") == 32

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from reweighter_trainer.config import load_raw, parse
-from reweighter_trainer.data import PICK_TWO_CATEGORIES, generate_picktwo
+from reweighter_trainer.data import PICK_TWO_CATEGORIES, PICK_TWO_DROPPED, generate_picktwo
 from reweighter_trainer.decision import (
     area_decision,
     area_verdict,
@@ -30,27 +30,35 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_picktwo_rows_are_deterministic_and_held_out_wordings_unseen() -> None:
-    train, test = generate_picktwo(200, "train"), generate_picktwo(81, "test")
+    train, test = generate_picktwo(200, "train"), generate_picktwo(72, "test")
     assert train == generate_picktwo(200, "train")
     assert {r["check"] for r in train + test} == {"pick_two"}
     seen = {r["prompt"][-1]["content"] for r in train}
     assert not seen & {r["prompt"][-1]["content"] for r in test}
     assert {r["answer"] for r in test} == set(PICK_TWO_CATEGORIES)
     assert train[0]["prompt"][1]["content"] == "Answer: blue and white"
+    assert len({r["prompt"][-1]["content"] for r in train}) == 144  # 8 categories x 2 x 9
+    assert len({r["prompt"][-1]["content"] for r in test}) == 72
+    assert not set(PICK_TWO_DROPPED) & set(PICK_TWO_CATEGORIES)
 
 
 @pytest.mark.parametrize(("text", "category", "want"), [
-    ("Answer: April and June", "month_30_days", "april+june"),
-    ("Answer: June, April", "month_30_days", "april+june"),  # order does not make an answer
-    ("I think...\nAnswer: september and november.", "month_30_days", "november+september"),
-    ("Answer: April and April", "month_30_days", None),       # the same month twice
-    ("Answer: April", "month_30_days", None),                  # one is not two
-    ("Answer: April, June and November", "month_30_days", None),  # three is not two
-    ("Answer: April and May", "month_30_days", None),          # May has 31
-    ("Answer: two and 4", "even_1_to_9", "2+4"),
-    ("Answer: 2 and 4 are even numbers below 10", "even_1_to_9", None),  # names 10 too
-    ("The answer is 3 and 5", "prime_below_10", None),         # no "Answer:" line
+    ("Answer: July and March", "month_31_days", "july+march"),
+    ("Answer: March, July", "month_31_days", "july+march"),  # order does not make an answer
+    ("I think...\nAnswer: may and october.", "month_31_days", "may+october"),
+    ("Answer: July and July", "month_31_days", None),       # the same month twice
+    ("Answer: July", "month_31_days", None),                 # one is not two
+    ("Answer: July, May and March", "month_31_days", None),  # three is not two
+    ("Answer: July and June", "month_31_days", None),        # June has 30
+    ("Answer: two and 4", "number_below_10", "2+4"),
+    ("Answer: 2 and 4 are numbers below 10", "number_below_10", None),  # names 10 too
+    ("Answer: 0 and nine", "number_below_10", "0+9"),
+    ("The answer is 3 and 5", "prime_below_10", None),       # no "Answer:" line
     ("Answer: Monday and Friday", "weekday", "friday+monday"),
+    ("Answer: Monday and Sunday", "weekday", None),           # Sunday is not a working day
+    ("Answer: Monday and Sunday", "day_any", "monday+sunday"),
+    ("Answer: April and December", "month_any", "april+december"),
+    ("Answer: summer and fall", "month_any", None),           # no month named
 ])
 def test_picktwo_checker(text: str, category: str, want: str | None) -> None:
     assert correct_answer(text, category, "pick_two") == want
@@ -58,14 +66,14 @@ def test_picktwo_checker(text: str, category: str, want: str | None) -> None:
 
 def test_given_answer_is_the_answer_right_or_wrong() -> None:
     """What the service's `answers` field receives: equal strings = the same answer."""
-    assert given_answer("Answer: May and April", "month_30_days", "pick_two") == "april+may"
-    assert given_answer("no answer line", "month_30_days", "pick_two") is None
-    assert given_answer("Answer: nothing here", "month_30_days", "pick_two") is None
+    assert given_answer("Answer: May and April", "month_summer", "pick_two") == "april+may"
+    assert given_answer("no answer line", "month_summer", "pick_two") is None
+    assert given_answer("Answer: nothing here", "month_summer", "pick_two") is None
     assert given_answer("Answer: 7", "prime_below_10", "pick_one") == "7"
     assert given_answer("so Answer: 12", "12") == "12"
     got = extract_answers(
         [[{"role": "assistant", "content": "Answer: June and April"}], "Answer: April, June"],
-        ["month_30_days"] * 2, ["pick_two"] * 2,
+        ["month_any"] * 2, ["pick_two"] * 2,
     )
     assert got == ["april+june", "april+june"]
 
@@ -74,9 +82,9 @@ def test_cosine_reward_scaled_to_the_task_by_hand() -> None:
     """picktwo's max_len is TASK_MAX_LEN (200 characters): a correct 100-character answer sits
     half-way, 0.75; a wrong one at 200 characters pays the full -0.5."""
     assert TASK_MAX_LEN["pick_two"] == 200
-    right = "x" * (100 - len("Answer: April and June")) + "Answer: April and June"
+    right = "x" * (100 - len("Answer: March and July")) + "Answer: March and July"
     wrong = "y" * 200
-    got = cosine_scaled_correct_reward(None, [right, wrong, ""], ["month_30_days"] * 3,
+    got = cosine_scaled_correct_reward(None, [right, wrong, ""], ["month_31_days"] * 3,
                                        ["pick_two"] * 3)
     assert got == pytest.approx([0.75, -0.5, 0.0])
     # pickone keeps the papers' 1000: 100 characters correct -> 0.5 + 0.25 (1 + cos(0.1 pi))
@@ -134,21 +142,74 @@ def test_the_picktwo_config_parses() -> None:
 
 
 def test_every_arm_is_a_config_the_trainer_accepts() -> None:
-    """The arms' methods and params pass the trainer's own check (a bad one would fail only
-    after the policy loaded, an hour into a CPU run); MMR is the paper's (diversify)."""
-    from reweighter.methods.catalog import CATALOG
-    from reweighter_trainer.config import ConfigError
-    from reweighter_trainer.experiment import ARMS, DECLARED_ARMS
+    """The arms' methods, params and extra config pass the trainer's own check (a bad one would
+    fail only after the policy loaded, an hour into a CPU run); MMR is the paper's (diversify);
+    grpo-passk asks for pass@k advantages with TRL's scaling off."""
+    import json
 
-    raw = load_raw(REPO / "trainer/configs/smollm2-picktwo.yaml")
-    for method, params in ARMS.values():
+    from reweighter_trainer.experiment import ARM_CONFIG, ARMS
+
+    assert {"grpo", "mmr", "dra", "darling", "grpo-passk"} <= set(ARMS)
+    for arm, (method, params) in ARMS.items():
+        raw = load_raw(REPO / "trainer/configs/smollm2-picktwo.yaml")
         raw["reweighter"].update(method=method, params=dict(params))
-        assert parse(raw).reweighter.params == params
+        for key, value in json.loads(json.dumps(ARM_CONFIG.get(arm, {}))).items():
+            raw[key] = {**raw.get(key, {}), **value} if isinstance(value, dict) else value
+        cfg = parse(raw)
+        assert cfg.reweighter.params == params
     assert ARMS["mmr"][1]["equal_rewards"] == "diversify"
-    for method, params in DECLARED_ARMS.values():  # offered once the methods branch lands
-        raw["reweighter"].update(method=method, params=dict(params))
-        if method in CATALOG:
-            parse(raw)
-        else:
-            with pytest.raises(ConfigError, match=method):
-                parse(raw)
+    assert cfg.reweighter.advantages == "pass_at_k" and cfg.grpo["scale_rewards"] == "none"
+    assert cfg.reweighter.advantage_params == {"k": 4, "success_threshold": 1.0}
+
+
+def test_pass_at_k_threshold_separates_right_from_wrong_under_the_papers_reward() -> None:
+    """success_threshold 1.0 splits the papers' reward (format x 1 + cosine x 2) exactly on
+    picktwo: correct >= 1.0 at every length, wrong < 1.0 at every length a completion has."""
+    from reweighter_trainer.rewards import answer_format_reward
+
+    def total(texts: list[str]) -> list[float]:
+        fmt = answer_format_reward(None, texts)
+        cos = cosine_scaled_correct_reward(None, texts, ["month_summer"] * len(texts),
+                                           ["pick_two"] * len(texts))
+        return [f + 2 * c for f, c in zip(fmt, cos, strict=True)]
+
+    right = ["Answer: July and August"] + [
+        "x" * n + "\nAnswer: June and July" + tail
+        for n in (0, 80, 177, 260) for tail in ("", "\nok")]
+    wrong = ["Answer: July", "Answer: May and June"] + [
+        "y" * n + "\nAnswer: June" + tail
+        for n in (0, 80, 187, 260) for tail in ("", "\nno")]
+    assert all(correct_answer(t, "month_summer", "pick_two") for t in right)
+    assert not any(correct_answer(t, "month_summer", "pick_two") for t in wrong)
+    assert min(total(right)) >= 1.0 > max(total(wrong))
+
+
+def test_embedder_gap_from_logged_groups_by_hand() -> None:
+    """gate.from_groups: the within-prompt gap (mean cosine of same-answer correct pairs less
+    different-answer ones) over logged groups, wrong completions ignored. Unit vectors by hand:
+    a.b = 1 (same answer), a.c = 0.6 (different): gap 0.4 in each of three groups."""
+    from reweighter_trainer.gate import from_groups
+
+    vec = {"A1": [1.0, 0.0], "A2": [1.0, 0.0], "B": [0.6, 0.8], "W": [0.0, 1.0]}
+    groups = [{"completions": ["A1", "A2", "B", "W"],
+               "answers": ["july+june", "july+june", "august+july", None]}] * 3
+    got = from_groups(groups, lambda texts: np.array([vec[t] for t in texts]))
+    assert got["prompts_with_same_and_different_pairs"] == 3
+    assert got["mean_similarity_same_answer"] == pytest.approx(1.0)
+    assert got["mean_similarity_different_answer"] == pytest.approx(0.6)
+    assert got["similarity_gap"] == pytest.approx(0.4)
+    assert got["similarity_gap_ci95"] == pytest.approx([0.4, 0.4])
+    assert got["accuracy"] == pytest.approx(0.75) and got["embedder_sees_diversity"]
+
+
+def test_jobs_split_the_seeds_and_keep_every_other_option() -> None:
+    """--jobs N: process j trains seeds[j::N] with the same options and overrides, one job."""
+    from reweighter_trainer.experiment import child_argv
+
+    argv = ["--config", "c.yaml", "--out", "o", "--seeds", "0,1,2,3", "--jobs", "2",
+            "--methods", "grpo,mmr", "learning_rate=5e-6"]
+    assert child_argv(argv, [0, 2]) == ["--config", "c.yaml", "--out", "o", "--methods",
+                                        "grpo,mmr", "learning_rate=5e-6", "--seeds", "0,2",
+                                        "--jobs", "1"]
+    assert child_argv(["--seeds=5", "--jobs=3", "--steps", "3"], [5]) == [
+        "--steps", "3", "--seeds", "5", "--jobs", "1"]

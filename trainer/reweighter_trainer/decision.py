@@ -338,7 +338,7 @@ def fit_tau_paired(ramp: Sequence[float], phi: float, group: int, paired_sd: flo
 
 
 POWER_SEEDS = (8, 10, 12, 16)
-POWER_ARMS = (1, 2, 3)
+POWER_ARMS = (1, 2, 3, 4)
 
 
 def pilot_summary(results: dict[str, Any], n: int = 1000, group: int | None = None,

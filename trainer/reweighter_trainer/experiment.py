@@ -43,14 +43,29 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     "dra": (Method.DRA.value, {}),
     "mmr": (Method.MMR.value, {"lambda": "adaptive", "equal_rewards": "diversify"}),
     "mmr-keep": (Method.MMR.value, {"lambda": "adaptive", "equal_rewards": "keep"}),
+    "darling": (Method.DARLING.value, {}),
+    "grpo-passk": (Method.NONE.value, {}),
 }
 """An experiment arm -> the reweighting method and params it trains with (GRPO: rewards
 unchanged). `mmr` is MMR-GRPO as the paper runs it (adaptive lambda, groups of equal rewards
 diversified); `mmr-keep` is what the pickone runs called "mmr" (equal groups left alone).
-Arms the service does not offer (darling, pass_at_k) are refused by the config check."""
-DECLARED_ARMS = {"darling": ("darling", {}), "grpo-passk": ("pass_at_k", {})}
-"""Arms of issue 31 whose methods are being added on another branch (issue: methods): run them
-with --methods darling,grpo-passk once `reweighter.methods.catalog` offers them."""
+`darling` (arXiv 2509.02534) takes its answer classes from the task's exact answers
+(`rewards.extract_answers`, sent by every arm; only darling uses them). `grpo-passk` is GRPO
+with Pass@k Training's advantages (ARM_CONFIG)."""
+PASSK_K = 4
+ARM_CONFIG: dict[str, dict[str, Any]] = {
+    "grpo-passk": {"reweighter": {"advantages": "pass_at_k",
+                                  "advantage_params": {"k": PASSK_K, "success_threshold": 1.0}},
+                   "scale_rewards": "none"},
+}
+"""Config beyond method and params, per arm. `grpo-passk`: the service's pass@k advantages
+(arXiv 2508.10751) with k = 4 of G = 8, returned as TRL's rewards (scale_rewards none, so TRL's
+own centring is a no-op on zero-mean advantages). success_threshold 1.0 is exact for the papers'
+reward on pick tasks: a correct completion scores format + 2 x [0.5, 1] >= 1.0, a wrong one
+format + 2 x [-0.5, 0] < 1.0 (1.0 only when empty or 400 characters long: not at 48 tokens)."""
+DECLARED_ARMS: dict[str, tuple[str, dict[str, Any]]] = {}
+"""Arms declared before their methods were offered (issue 31); darling and grpo-passk are in
+ARMS now that the methods branch has landed."""
 
 
 def log(msg: str) -> None:
@@ -178,6 +193,11 @@ def run_one(raw: dict, method: str, seed: int, steps: int, out: Path, eval_rows:
     raw["reweighter"]["method"] = name
     raw["reweighter"]["params"] = dict(params)
     raw["reweighter"]["url"] = opts.url
+    for key, value in ARM_CONFIG.get(method, {}).items():
+        if isinstance(value, dict):
+            raw.setdefault(key, {}).update(value)
+        else:
+            raw[key] = value
     raw.update(seed=seed, data_seed=seed, max_steps=steps, output_dir=str(out / f"{method}-{seed}"))
     cfg = parse(raw)
     from .data import load_dataset
@@ -273,6 +293,39 @@ def _decide(runs: list[dict], out: Path, client, offline_ok: bool,
     return extra
 
 
+def child_argv(argv: list[str], seeds: list[int]) -> list[str]:
+    """`argv` for one of --jobs' processes: the same options, its own `--seeds`, one job."""
+    out, skip = [], False
+    for i, a in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if a in ("--seeds", "--jobs") and i + 1 < len(argv):
+            skip = True
+            continue
+        if a.startswith(("--seeds=", "--jobs=")):
+            continue
+        out.append(a)
+    return [*out, "--seeds", ",".join(map(str, seeds)), "--jobs", "1"]
+
+
+def run_jobs(argv: list[str], seeds: list[int], jobs: int) -> None:
+    """Train the seeds in `jobs` processes side by side (seed i in process i mod jobs, each
+    with cpu_count / jobs threads), against the same service; waits for all, raises if one
+    fails. Each process resumes from OUT/runs like a single one; the caller then collects."""
+    import os
+    import subprocess
+
+    threads = str(max(1, (os.cpu_count() or 1) // jobs))
+    env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+    procs = [subprocess.Popen([sys.executable, "-m", "reweighter_trainer.experiment",
+                               *child_argv(argv, seeds[j::jobs])], env=env)
+             for j in range(min(jobs, len(seeds)))]
+    codes = [p.wait() for p in procs]
+    if any(codes):
+        raise RuntimeError(f"--jobs: a training process failed (exit codes {codes})")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="GRPO vs DRA vs MMR: train, evaluate, results.json")
     p.add_argument("--config", required=True, help="a reweighter-train YAML (the shared setup)")
@@ -295,7 +348,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="skip DRA's offline check on GRPO's groups (DRA is trained)")
     p.add_argument("--collect-only", action="store_true",
                    help="write results.json from the finished runs in OUT/runs, train nothing")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="train the seeds in this many processes side by side (then collect)")
     p.add_argument("overrides", nargs="*", help="config key=value overrides for every run")
+    argv = list(sys.argv[1:] if argv is None else argv)
     opts = p.parse_args(argv)
     if opts.samples < opts.k:
         p.error(f"--samples ({opts.samples}) must be >= --k ({opts.k})")
@@ -357,6 +413,9 @@ def main(argv: list[str] | None = None) -> int:
         (out / "base.json").write_text(json.dumps(ev, indent=2))
         log(f"untrained: accuracy {ev['accuracy']:.3f} pass@{opts.k} {ev['pass_at_k']:.3f} "
             f"sample accuracy {ev['sample_accuracy']:.3f}")
+    if opts.jobs > 1 and not opts.collect_only:
+        log(f"training seeds {seeds} in {opts.jobs} processes side by side")
+        run_jobs(argv, seeds, opts.jobs)
     runs = []
     plan = [(m, s) for s in seeds for m in methods]
     for i, (method, seed) in enumerate(plan, 1):

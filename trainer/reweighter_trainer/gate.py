@@ -108,6 +108,23 @@ def between_prompt_variance(prompts: list[dict[str, Any]]) -> float | None:
     return float(max(np.var(r, ddof=1) - within, 0.0))
 
 
+def from_groups(groups: list[dict[str, Any]], embed, band: tuple[float, float] = BANDS["picktwo"]
+                ) -> dict[str, Any]:
+    """`summarise` over logged training groups (experiment.StepRecorder's JSONL lines: their
+    `completions` and `answers`, None where wrong) instead of fresh samples: the embedder
+    condition measured again on many more prompts (the pilot's GRPO groups). `embed(texts) ->
+    [N, D] array`. Its accuracy is the training accuracy of those steps, not the untrained
+    policy's: only the similarity figures are the gate's."""
+    records = []
+    for g in groups:
+        answer = list(g["answers"])
+        emb = np.asarray(embed(g["completions"]), dtype=np.float64)
+        same, diff = similarity_pairs(emb, answer)
+        records.append({"correct": [a is not None for a in answer], "same": same, "diff": diff,
+                        "distinct": len({a for a in answer if a})})
+    return summarise(records, band)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="directory for gate.json")
@@ -117,7 +134,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-new", type=int, default=48, help="completion tokens")
     p.add_argument("--temperature", type=float, default=0.7)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--groups", nargs="+", metavar="JSONL",
+                   help="measure the embedder condition on logged training groups "
+                        "(runs/grpo-*.groups.jsonl) instead of sampling; "
+                        "writes OUT/groups_gap.json")
     a = p.parse_args(argv)
+    if a.groups:
+        from reweighter.client.local import LocalClient
+
+        groups = [json.loads(line) for path in a.groups
+                  for line in Path(path).read_text().splitlines() if line.strip()]
+        with LocalClient() as client:
+            got = from_groups(groups, lambda t: client.embed(list(t)).embeddings, BANDS[a.task])
+        got["groups_from"] = a.groups
+        Path(a.out).mkdir(parents=True, exist_ok=True)
+        (Path(a.out) / "groups_gap.json").write_text(json.dumps(got, indent=2))
+        print(json.dumps(got, indent=2))
+        return 0
 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer

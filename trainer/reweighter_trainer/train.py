@@ -18,7 +18,7 @@ from reweighter.integrations.trl import ReweightedReward
 from reweighter.types import ReweightRequest, ReweightResult
 
 from .config import ConfigError, ReweighterSection, TrainConfig, grpo_args
-from .rewards import REWARDS
+from .rewards import REWARDS, extract_answers
 from .trace import RecordingBackend, SliceTrace
 
 
@@ -108,6 +108,17 @@ def generation_summary(cfg: TrainConfig, trainer: Any) -> dict[str, Any]:
     return out
 
 
+PICK_TASKS = ("pickone", "picktwo")
+
+
+def pick_answers(prompts: Any, completions: Any, answer: Any, check: Any = None, **_: Any
+                 ) -> list[str | None]:
+    """The pick tasks' exact answers ("april+june", right or wrong; None when a completion
+    names none), sent as each group's `answers`: darling's answer classes and the service's
+    `stats.distinct_answers`. Other methods ignore them."""
+    return extract_answers(completions, answer, check)
+
+
 def build_trainer(cfg: TrainConfig) -> tuple[Any, ReweightedReward]:
     """GRPOTrainer with the reweighted reward, checked in the order above; not yet trained."""
     args = grpo_args(cfg)
@@ -127,6 +138,7 @@ def build_trainer(cfg: TrainConfig) -> tuple[Any, ReweightedReward]:
         num_generations=args.num_generations,
         num_generations_eval=args.num_generations_eval,
         **cfg.reweighter.request(),  # method, params, advantages, advantage_params
+        answer_func=pick_answers if cfg.dataset.name in PICK_TASKS else None,
         on_result=on_result,
     )
 

@@ -182,26 +182,14 @@ _MONTHS_31 = frozenset({"january", "march", "may", "july", "august", "october", 
 PICK_TWO_CATEGORIES: dict[str, tuple[str, frozenset[str], tuple[str, ...], tuple[str, ...]]] = {
     # key: (domain, correct items, train wordings, held-out wordings); a correct answer names
     # two different items of the set, in any order: C(|set|, 2) correct answers per prompt.
-    "month_30_days": ("month", PICK_CATEGORIES["month_30_days"][1],
-                      ("Name two different months that have 30 days.",
-                       "Which two months each have exactly 30 days?"),
-                      ("Give two months of the year with 30 days each.",)),
     "month_31_days": ("month", _MONTHS_31,
                       ("Name two different months that have 31 days.",
                        "Which two months each have 31 days?"),
                       ("Give two months of the year with 31 days each.",)),
-    "month_j": ("month", PICK_CATEGORIES["month_j"][1],
-                ("Name two different months whose names start with J.",
-                 "Which two months begin with the letter J?"),
-                ("Give two months starting with a J.",)),
     "month_summer": ("month", PICK_CATEGORIES["month_summer"][1],
                      ("Name two different summer months in Europe.",
                       "Which two months are in summer in Europe?"),
                      ("Give two months of the European summer.",)),
-    "month_winter": ("month", PICK_CATEGORIES["month_winter"][1],
-                     ("Name two different winter months in Europe.",
-                      "Which two months are in winter in Europe?"),
-                     ("Give two months of the European winter.",)),
     "weekday": ("day", frozenset({"monday", "tuesday", "wednesday", "thursday", "friday"}),
                 ("Name two different working days of the week.",
                  "Which two days of the week are working days?"),
@@ -210,18 +198,34 @@ PICK_TWO_CATEGORIES: dict[str, tuple[str, frozenset[str], tuple[str, ...], tuple
                        ("Name two different prime numbers smaller than 10.",
                         "Which two numbers below 10 are prime?"),
                        ("Give two prime numbers less than ten.",)),
-    "even_1_to_9": ("number", PICK_CATEGORIES["even_1_to_9"][1],
-                    ("Name two different even numbers between 1 and 9.",
-                     "Which two numbers from 1 to 9 are even?"),
-                    ("Give two even numbers from 1 to 9.",)),
     "odd_below_10": ("number", frozenset({"1", "3", "5", "7", "9"}),
                      ("Name two different odd numbers smaller than 10.",
                       "Which two numbers below 10 are odd?"),
                      ("Give two odd numbers less than ten.",)),
+    # Amendment (issue 31, before any pilot data): the four categories the first gate scored 0
+    # (month_30_days, month_j, month_winter, even_1_to_9: PICK_TWO_DROPPED) replaced by three
+    # easier ones, so that the untrained policy's groups are not mostly all wrong.
+    "month_any": ("month", frozenset(_MONTHS),
+                  ("Name two different months of the year.",
+                   "Which two months of the year can you name?"),
+                  ("Give two months of the year.",)),
+    "day_any": ("day", frozenset(_DAYS),
+                ("Name two different days of the week.",
+                 "Which two days of the week can you name?"),
+                ("Give two days of the week.",)),
+    "number_below_10": ("number", frozenset(str(i) for i in range(10)),
+                        ("Name two different numbers smaller than 10.",
+                         "Which two whole numbers are smaller than 10?"),
+                        ("Give two whole numbers less than ten.",)),
 }
-"""The `picktwo` task: name two different members of a set of 3-7 (3-21 correct unordered
+"""The `picktwo` task: name two different members of a set of 3-12 (3-66 correct unordered
 answers per prompt), judged exactly (rewards.correct_answer, check "pick_two"). Harder for the
-untrained policy than `pickone` (it must name two, both right, not the same one twice)."""
+untrained policy than `pickone` (it must name two, both right, not the same one twice). As
+amended after the first gate failed (EXPERIMENTS.md): 8 categories, 144 train prompts."""
+
+PICK_TWO_DROPPED = ("month_30_days", "month_j", "month_winter", "even_1_to_9")
+"""The first picktwo's categories that its gate scored 0 (experiments/picktwo-gate, first run,
+in git history) and the amendment removed."""
 
 PICK_TWO_SHOT = [
     {"role": "user", "content": "Name two different colours of the flag of France."},
