@@ -228,7 +228,6 @@ async def test_a_record_of_another_schema_version_is_refused_not_misread(
 ) -> None:
     """A rolling upgrade: a replica of another version opened the group (its meta says v 99).
     This replica answers a retryable 503 naming both versions and stores nothing."""
-    from reweighter.assembly.records import SCHEMA_VERSION
 
     (rep,) = replicas(engine, shared_redis_url, prefix, n=1)
     try:
@@ -252,7 +251,7 @@ async def test_a_record_of_another_schema_version_is_refused_not_misread(
 
 
 def test_records_carry_their_version_and_refuse_others() -> None:
-    from reweighter.assembly.records import SCHEMA_VERSION, MemberRecord
+    from reweighter.assembly.records import MemberRecord
 
     rec = MemberRecord(reward=0.5, digest="d", value=[1.0, 2.0])
     raw = rec.dump()
