@@ -172,7 +172,8 @@ def test_cpu_profile_trains_against_the_service(
     for svc in services.values():
         translate.mount(svc)
     # The rollout image's venv and policy: what its two RUN lines make, made here by the same
-    # script; the `policy` volume is filled from the image, so here it is the converted policy.
+    # script. Each CPU image converts the policy into its own /opt/policy at build time, with
+    # the same code (policy.py): here both processes read the one converted directory.
     venv, policy = rollout_venv_and_policy()
     translate.paths["/opt/policy"] = policy.parent
     translate.paths["/opt/rollout-venv"] = venv
