@@ -7,10 +7,12 @@ venv. If the trainer finishes against the service, the wiring in the files is wi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -137,6 +139,10 @@ def procs() -> Iterator[list[subprocess.Popen]]:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        # The rollout server runs in a session of its own: what outlived it there (vLLM's
+        # engine core, when the server was stopped while starting) goes with its group.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
 
 
 def reweight_requests(metrics_text: str) -> float:
