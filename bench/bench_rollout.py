@@ -275,7 +275,7 @@ def steps(rollout: str, reweighter: str, a, deadline: Deadline) -> None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=2, help="training runs per method")
     p.add_argument("--steps", type=int, default=4, help="GRPO steps per run (first one dropped)")
     p.add_argument("--gen-rounds", type=int, default=3)
