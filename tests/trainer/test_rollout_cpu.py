@@ -112,7 +112,7 @@ def test_serves_trl_and_openai_endpoints(rollout_server):
         f"{url}/v1/completions",
         json={"prompt": PROMPT, "max_tokens": 8, "temperature": 0.0, "logprobs": 0,
               "ignore_eos": True},
-        timeout=120,
+        timeout=600,  # the engine's first request: 1-2 s idle, over 120 s at load 20
     )  # fmt: skip
     assert r.status_code == 200, r.text
     choice = r.json()["choices"][0]
