@@ -13,8 +13,9 @@
 # and of this repository's sync plugin). Serving is configured like the image's entrypoint
 # (services/rollout/entrypoint.sh, which this script runs with DEVICE=cpu): MODEL (default: the
 # bundled policy, converted once by trainer/reweighter_trainer/policy.py into
-# ~/.cache/reweighter), HOST (127.0.0.1), PORT (8000), DTYPE (float32), MAX_MODEL_LEN (1024),
-# VLLM_CPU_KVCACHE_SPACE (GiB of KV cache, 1), EXTRA_ARGS.
+# ~/.cache/reweighter, with .venv's python when it has the trainer installed), HOST
+# (127.0.0.1), PORT (8000), DTYPE (float32), MAX_MODEL_LEN (1024), VLLM_CPU_KVCACHE_SPACE (GiB
+# of KV cache, 1), EXTRA_ARGS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
@@ -70,8 +71,14 @@ assert p.is_cpu(), p; print('vllm', vllm.__version__, 'trl', trl.__version__, 'o
     touch "$plugin"
   fi
   if [ -z "${MODEL:-}" ]; then
-    # The policy the trainer uses, converted once (the cache is shared with the trainer).
-    MODEL=$("$vpy" trainer/reweighter_trainer/policy.py)
+    # The policy the trainer uses, converted once (the cache is shared with the trainer), by
+    # the trainer's venv when there is one: transformers' GGUF reader differs by version, and
+    # the trainer's pins are the ones the CPU images convert with.
+    local conv="$vpy"
+    if [ -x .venv/bin/python ] && .venv/bin/python -c "import gguf, transformers" 2>/dev/null; then
+      conv=.venv/bin/python
+    fi
+    MODEL=$("$conv" trainer/reweighter_trainer/policy.py)
   fi
   export MODEL
 }

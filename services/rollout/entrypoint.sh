@@ -51,6 +51,12 @@ if [[ "${DEVICE:-cuda}" == cpu ]]; then
   fi
   # The last --weight-transfer-config wins: it replaces the {"backend": "nccl"} TRL sets.
   cpu_args+=(--weight-transfer-config '{"backend": "gloo"}')
+  # vLLM's CPU sampler torch.compiles one function (compiled_random_sample) even when eager, and
+  # inductor needs a C++ compiler: without one (the slim CPU image) the engine died on the first
+  # sampled token ("InvalidCxxCompiler"). Then that function runs eagerly (same numbers).
+  if [[ -z "${TORCHDYNAMO_DISABLE:-}" ]] && ! command -v "${CXX:-g++}" >/dev/null 2>&1; then
+    export TORCHDYNAMO_DISABLE=1
+  fi
 elif [[ "${DEVICE:-cuda}" != cuda ]]; then
   echo "DEVICE must be cuda or cpu, got '${DEVICE}'" >&2
   exit 2

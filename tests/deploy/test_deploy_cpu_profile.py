@@ -7,10 +7,12 @@ venv. If the trainer finishes against the service, the wiring in the files is wi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -137,6 +139,10 @@ def procs() -> Iterator[list[subprocess.Popen]]:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        # The rollout server runs in a session of its own: what outlived it there (vLLM's
+        # engine core, when the server was stopped while starting) goes with its group.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
 
 
 def reweight_requests(metrics_text: str) -> float:
@@ -172,7 +178,8 @@ def test_cpu_profile_trains_against_the_service(
     for svc in services.values():
         translate.mount(svc)
     # The rollout image's venv and policy: what its two RUN lines make, made here by the same
-    # script; the `policy` volume is filled from the image, so here it is the converted policy.
+    # script. Each CPU image converts the policy into its own /opt/policy at build time, with
+    # the same code (policy.py): here both processes read the one converted directory.
     venv, policy = rollout_venv_and_policy()
     translate.paths["/opt/policy"] = policy.parent
     translate.paths["/opt/rollout-venv"] = venv

@@ -147,6 +147,21 @@ def test_trainer_image_command_names_a_shipped_config() -> None:
     assert ["trainer/configs", f"{workdir}/trainer/configs"] in copies
 
 
+def test_cpu_trainer_image_carries_its_own_converted_policy() -> None:
+    """The compose `cpu` profile's trainer reads /opt/policy from its own image (converted at
+    build time from its deps venv, CPU builds only), not from a volume another container fills."""
+    instrs = instructions("trainer/Dockerfile")
+    policy = [i for i in instrs if i.stage == "policy"]
+    assert policy[0].args.split()[0] == "deps"  # the pinned venv: transformers, gguf, torch
+    run = " ".join(i.args for i in policy if i.keyword == "RUN")
+    assert '[ "${DEVICE}" = cpu ]' in run and "policy.py --cache-dir /opt/policy" in run
+    final = final_stage(instrs)
+    assert "--from=policy /opt/policy /opt/policy" in [i.args for i in final if i.keyword == "COPY"]
+    assert "model.smollm2.cache_dir=/opt/policy" in load_compose().services["trainer-cpu"].spec[
+        "command"
+    ]
+
+
 def test_rollout_image_entrypoint_exists() -> None:
     """The rollout image runs services/rollout/entrypoint.sh, copied in and executable."""
     rel = REPO / "services" / "rollout" / "Dockerfile"
@@ -277,12 +292,21 @@ def test_cpu_rollout_image_runs_the_same_entrypoint_on_cpu() -> None:
     (scripts/rollout-cpu.sh), then started by the GPU image's entrypoint with DEVICE=cpu."""
     rel = "services/rollout/Dockerfile.cpu"
     rules = dockerignore_rules()
-    final = final_stage(instructions(rel))
-    for copy in (i for i in final if i.keyword == "COPY"):
+    instrs = instructions(rel)
+    final = final_stage(instrs)
+    for copy in (i for i in instrs if i.keyword == "COPY" and "--from=" not in i.args):
         *sources, _dest = copy.args.split()
         for src in sources:
             assert (REPO / src).exists(), f"{rel}: COPY {src}: no such path"
             assert not _ignored(src, rules), f"{rel}: COPY {src} is excluded by .dockerignore"
+    # The policy: converted in a stage of its own with the trainer's pins (transformers' GGUF
+    # reader differs by version), copied in before --setup (which then converts nothing).
+    copies = [i.args for i in final if i.keyword == "COPY"]
+    assert "--from=policy /opt/policy /opt/policy" in copies, copies
+    policy = [i for i in instrs if i.stage == "policy"]
+    policy_runs = " ".join(i.args for i in policy if i.keyword == "RUN")
+    assert "-c /tmp/requirements-trainer.txt transformers gguf" in policy_runs
+    assert "policy.py --cache-dir /opt/policy" in policy_runs
     entry = [i for i in final if i.keyword == "ENTRYPOINT"][-1].exec_form()
     assert entry == ["bash", "/app/services/rollout/entrypoint.sh"]
     runs = [i.args for i in final if i.keyword == "RUN"]

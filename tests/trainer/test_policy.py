@@ -66,6 +66,16 @@ def test_converted_policy_is_smollm2_135m(smollm2_dir):
     assert "Paris" in answer, answer  # the dequantised weights still know things
 
 
+def test_converted_policy_is_readable_by_every_user(smollm2_dir):
+    """The conversion is a shared cache: an image converts it as root at build time and its
+    trainer runs as uid 10001, so the directory and every file in it are world-readable."""
+    assert smollm2_dir.stat().st_mode & 0o755 == 0o755
+    files = list(smollm2_dir.iterdir())
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {f.name for f in files}
+    for f in files:
+        assert f.stat().st_mode & 0o444 == 0o444, f"{f.name}: {oct(f.stat().st_mode)}"
+
+
 def test_second_call_reuses_the_conversion(smollm2_dir, smollm2_wheel):
     before = (smollm2_dir / "model.safetensors").stat().st_mtime_ns
     assert smollm2_path(smollm2_dir.parent, wheel=smollm2_wheel) == smollm2_dir

@@ -103,6 +103,22 @@ def test_device_cpu_exports_the_kv_cache_space(tmp_path):
     assert out.stdout.strip() == "KV=3"
 
 
+def test_device_cpu_without_a_cxx_compiler_runs_the_sampler_eagerly(tmp_path):
+    """vLLM's CPU sampler torch.compiles one function even when eager; inductor needs a C++
+    compiler, which the slim CPU image lacks (the engine died on the first sampled token)."""
+    fake = tmp_path / "bin" / "trl"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho DYNAMO=$TORCHDYNAMO_DISABLE\n")
+    fake.chmod(0o755)
+    env = {"PATH": f"{fake.parent}:{os.environ['PATH']}", "MODEL": "m", "DEVICE": "cpu"}
+    run = lambda **e: subprocess.run(  # noqa: E731
+        ["bash", str(ENTRYPOINT)], env={**env, **e}, capture_output=True, text=True, timeout=30
+    ).stdout.strip()
+    assert run(CXX="no-such-cxx-compiler") == "DYNAMO=1"
+    assert run(CXX="sh") == "DYNAMO="  # a compiler (any command) is there: compile as vLLM does
+    assert run(CXX="no-such-cxx-compiler", TORCHDYNAMO_DISABLE="0") == "DYNAMO=0"  # the user's
+
+
 def test_unknown_device_is_refused(tmp_path):
     proc = _run(tmp_path, {"MODEL": "m", "DEVICE": "tpu"})
     assert proc.returncode == 2 and "DEVICE must be cuda or cpu" in proc.stderr

