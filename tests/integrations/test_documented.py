@@ -277,10 +277,13 @@ def test_trl_answers_snippet_word_for_word(tmp_path: Path, service) -> None:
     prompt = f"what is 3 + 4? ({uuid.uuid4().hex})"  # a prompt key no other run has seen
     got = json.loads(fresh(snippet + TRL_ANSWERS_DRIVER, tmp_path, service.http_url,
                            prompt).splitlines()[-1])  # fmt: skip
-    # Step 0: nothing seen; bonus 0.5 for every answer; "dunno" has none (no space: None).
-    assert got["explore0"] == pytest.approx([1.5, 1.5, 0.5, 0.0])
-    # Step 1: "7" was seen twice (0.5 / sqrt(3)), "9" never (0.5).
-    b7, b9 = 0.5 / 3**0.5, 0.5
+    # The paper's form, c * (min(1, 1/sqrt(N)) - b0) with the snippet's c = 0.5 and the default
+    # b0 = 0.5 (UCB-Con); with advantages "none" it lands in the rewards TRL normalises.
+    # Step 0: nothing seen (N = 0, b = 1): 0.5 * (1 - 0.5) = 0.25 for every answer; "dunno"
+    # has none (no space: None).
+    assert got["explore0"] == pytest.approx([1.25, 1.25, 0.25, 0.0])
+    # Step 1: "7" was seen twice at step 0 (0.5 * (1/sqrt(2) - 0.5)), "9" never (0.25).
+    b7, b9 = 0.5 * (2**-0.5 - 0.5), 0.25
     assert got["explore1"] == pytest.approx([1 + b7, b9, b9, 1 + b7])
     # pass@4 with n = 4, one success: rho = 1, every advantage 0 (nothing to improve).
     assert got["pass"] == pytest.approx([0.0] * 4)
