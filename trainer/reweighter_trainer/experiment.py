@@ -81,7 +81,8 @@ def _generate(model, tok, prompts: list[Any], n: int, greedy: bool, max_new: int
         tok.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts
     ]
     tok.padding_side = "left"
-    enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    # on the model's device: after training on a GPU the trainer's model lives there
+    enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
     torch.manual_seed(seed)
     with torch.no_grad():
         out = model.generate(
@@ -407,6 +408,8 @@ def main(argv: list[str] | None = None) -> int:
 
         log("evaluating the untrained policy")
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        if torch.cuda.is_available() and not cfg.grpo.get("use_cpu", False):
+            model.to("cuda")  # where the runs train (use_cpu=false on a GPU), not the CPU
         ev = evaluate(model, AutoTokenizer.from_pretrained(path), eval_rows, n=opts.samples,
                       k=opts.k, max_new=cfg.grpo.get("max_completion_length", 64), seed=0,
                       embed=embed, temperature=cfg.grpo.get("temperature", 1.0))
