@@ -3,10 +3,9 @@
 # scripts/experiment.sh's main mode, word for word in its arms, seeds, steps and evaluation,
 # with `use_cpu=false` (fp32, TF32 off: torch's default) and the 12 seeds in 12 processes side
 # by side against one Reweighter service on the same GPU. Nothing there can be downloaded, so
-# what it needs travels in three calls (bench/gpu_experiment_carry.sh builds .gxA .gxB .gxC):
-#   device run, carry [.gxA]:  bash bench/gpu_experiment.sh stash
-#   device run, carry [.gxB]:  bash bench/gpu_experiment.sh stash
-#   device run, carry [.gxC]:  bash bench/gpu_experiment.sh run      (timeout_s 590)
+# what it needs travels in four calls (bench/gpu_experiment_carry.sh builds .gxA to .gxD):
+#   device run, carry [.gxA]:  bash bench/gpu_experiment.sh stash      (then .gxB, then .gxC)
+#   device run, carry [.gxD]:  bash bench/gpu_experiment.sh run        (timeout_s 590)
 # made back to back (the machine goes back after 30 s idle and with it the stash). `run` stops
 # the experiment at GX_LIMIT seconds (default 470), keeps every finished (arm, seed) run (they
 # resume: experiment.py reuses OUT/runs), and returns it all in $OUT/picktwo-main.tgz with the
@@ -17,7 +16,7 @@ ROOT=$PWD
 OUT=${OUT:-$ROOT/bench/out/gpu_experiment}
 STASH=${GX_STASH:-/root/gx}
 mkdir -p "$OUT" "$STASH"
-for d in .gxA .gxB .gxC; do [ -d "$d" ] && cp -r "$d"/. "$STASH"/; done
+for d in .gxA .gxB .gxC .gxD; do [ -d "$d" ] && cp -r "$d"/. "$STASH"/; done
 echo "stash: $(ls "$STASH" | tr '\n' ' ')"
 [ "${1:-}" = run ] || exit 0
 
@@ -78,25 +77,25 @@ mkdir -p "$EXP"
 $PY -m reweighter serve --host 127.0.0.1 --http-port $PORT --grpc-port $GPORT --no-compile \
   > "$OUT/service.log" 2>&1 &
 SERVICE=$!
-PILOT=experiments/picktwo-pilot-lr5e-6/pilot.json
-PREREG=$(cat experiments/picktwo-pilot/PREREGISTERED)
+# GX_PILOT=none: no pilot file (delta_2x then comes from the runs' own GRPO curves, computed
+# afterwards: `python -m reweighter_trainer.decision --pilot DIR`, then --collect-only again)
+PILOT=${GX_PILOT:-experiments/picktwo-pilot-lr5e-6/pilot.json}
+DECIDE=(--rule area --preregistered "${GX_PREREG:-$(cat experiments/picktwo-pilot/PREREGISTERED)}")
+[ "$PILOT" != none ] && DECIDE+=(--pilot "$PILOT")
+# shellcheck disable=SC2206  # GX_OVERRIDES: config key=value pairs, split on spaces
+SETUP=(--config trainer/configs/smollm2-picktwo.yaml --out "$EXP" --url "http://127.0.0.1:$PORT"
+       --methods "${GX_METHODS:-grpo,mmr,dra,darling,grpo-passk}" --seeds "$SEEDS"
+       --steps "$STEPS" --eval-prompts "$EVAL" --samples 8 "${DECIDE[@]}" --no-dra-offline
+       "$DEVICE" ${GX_OVERRIDES:-})
 left=$((LIMIT - (SECONDS - T0)))
-echo "experiment: ${left} s left of ${LIMIT}"
+echo "experiment: ${left} s left of ${LIMIT}: ${SETUP[*]}"
 # the main mode of scripts/experiment.sh, with the GPU's overrides
-timeout -k 15 "$left" $PY -m reweighter_trainer.experiment \
-  --config trainer/configs/smollm2-picktwo.yaml --out "$EXP" --url "http://127.0.0.1:$PORT" \
-  --methods grpo,mmr,dra,darling,grpo-passk --seeds "$SEEDS" --steps "$STEPS" \
-  --eval-prompts "$EVAL" --samples 8 --base-eval --rule area --pilot "$PILOT" \
-  --preregistered "$PREREG" --no-dra-offline --jobs "${GX_JOBS:-12}" \
-  "$DEVICE" 2>&1 | tee -a "$EXP/experiment.log"
+timeout -k 15 "$left" $PY -m reweighter_trainer.experiment "${SETUP[@]}" --base-eval \
+  --jobs "${GX_JOBS:-12}" 2>&1 | tee -a "$EXP/experiment.log"
 echo "experiment rc=${PIPESTATUS[0]} after $((SECONDS - T0)) s"
 pkill -f "reweighter_trainer.experiment.*$EXP"; sleep 2  # --jobs' children
 # results.json from whatever finished (the pre-registered rule needs every arm on every seed)
-$PY -m reweighter_trainer.experiment --config trainer/configs/smollm2-picktwo.yaml \
-  --out "$EXP" --url "http://127.0.0.1:$PORT" --methods grpo,mmr,dra,darling,grpo-passk \
-  --seeds "$SEEDS" --steps "$STEPS" --eval-prompts "$EVAL" --samples 8 --rule area \
-  --pilot "$PILOT" --preregistered "$PREREG" --no-dra-offline --collect-only "$DEVICE" \
-  2>&1 | tail -3
+$PY -m reweighter_trainer.experiment "${SETUP[@]}" --collect-only 2>&1 | tail -3
 $PY -m reweighter_trainer.plots "$EXP" 2>&1 | tail -2
 kill "$SERVICE" 2>/dev/null
 [ "$MPS" = on ] && echo quit | nvidia-cuda-mps-control
