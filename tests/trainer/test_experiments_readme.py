@@ -100,6 +100,12 @@ def test_readme_picktwo_figures_recompute_from_the_curves() -> None:
     gains = [np.mean([runs[arm, s]["distinct_correct"] - runs["grpo", s]["distinct_correct"]
                       for s in seeds]) for arm in ("mmr", "darling")]
     assert f"(+{gains[0]:.2f}, +{gains[1]:.2f};" in line
+    # the larger-scale run: MMR's mean difference and that run's own delta_2x
+    scale = json.loads((REPO / "experiments" / "picktwo-scale" / "results.json").read_text())
+    by = {(r["method"], r["seed"]): np.mean(r["accuracy_curve"]) for r in scale["runs"]}
+    d = np.array([by["mmr", s] - by["grpo", s] for m, s in by if m == "grpo"])
+    assert len(d) == 16 and scale["decision"]["verdict_per_arm"] == {"mmr": "refuted"}
+    assert f"{d.mean():+.3f} against the +{scale['decision']['delta_2x']:.3f}" in line
 
 
 @pytest.mark.parametrize("figure", ["-0.057", "+0.105", "1.06", "1.76", "0.92", "1.15", "1.02"])

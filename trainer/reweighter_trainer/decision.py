@@ -373,7 +373,8 @@ def pilot_summary(results: dict[str, Any], n: int = 1000, group: int | None = No
                               "refuted_under_2x": row["2x:refuted"],
                               "refuted_under_no_effect": row["no_effect:refuted"]})
     return {
-        "steps": steps, "seeds": sorted(r["seed"] for r in results["runs"]),
+        "steps": steps,
+        "seeds": sorted(r["seed"] for r in results["runs"] if r["method"] == "grpo"),
         "completions_per_step": g, "learning_rate": results["task"].get("learning_rate"),
         "delta_2x": delta, "phi": phi, "phi_per_run": phis, "tau": tau,
         "tau_paired": tau_paired, "paired_sd": paired_sd,
