@@ -26,6 +26,7 @@ import torch
 from ..engine.surface import EngineSurface
 from ..errors import Conflict, InvalidInput, LimitExceeded, PreconditionFailed, StoreUnavailable
 from ..methods import advantages as advantage_estimator
+from ..methods.params import PassAtKParams
 from ..types import AdvantageKind, Group, ReweightRequest
 from .pace import Pace
 from .records import GroupMeta, Member, OpenRound, RoundResult
@@ -312,11 +313,10 @@ def raw_advantages(
     if kind == AdvantageKind.NONE:
         return None
     r = torch.tensor(list(raw), dtype=torch.float32)
-    if kind == AdvantageKind.PASS_AT_K:
-        p = dict(params or {})
-        k = min(int(p.get("k", 1)), len(raw))
-        threshold = float(p.get("success_threshold", 1.0))
-        return advantage_estimator(r, kind, k=k, success_threshold=threshold).tolist()
+    if kind == AdvantageKind.PASS_AT_K:  # stored validated: the model only reads them back
+        p = PassAtKParams.model_validate(dict(params or {}))
+        k = min(p.k, len(raw))
+        return advantage_estimator(r, kind, k=k, success_threshold=p.success_threshold).tolist()
     return advantage_estimator(r, kind).tolist()
 
 

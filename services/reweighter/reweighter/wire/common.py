@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import MISSING, Field, fields
 from typing import Any
 
+import numpy as np
+
 
 def wire_name(name: str) -> str:
     """A field's name on the wire: its Python name without the trailing underscore that keeps
@@ -29,3 +31,15 @@ def _default(f: Field) -> Any:
 
 def has_default(f: Field) -> bool:
     return f.default is not MISSING or f.default_factory is not MISSING
+
+
+def shape_matrices(cls: type, given: dict[str, Any]) -> dict[str, Any]:
+    """`given` (a message's field values) with each matrix field (`wire(matrix=width_field)`)
+    as a float32 [rows, width] array: what HTTP carries as rows and gRPC as one packed array
+    become the same value, the width read from the message's own field (0 or absent: 1)."""
+    for f in fields(cls):  # type: ignore[arg-type]
+        width = f.metadata.get("matrix")
+        if width and given.get(f.name) is not None:
+            rows = np.asarray(given[f.name], dtype=np.float32)
+            given[f.name] = rows.reshape(-1, int(given.get(width) or 1))
+    return given

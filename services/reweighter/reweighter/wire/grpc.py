@@ -28,7 +28,7 @@ from typing_extensions import is_typeddict  # EngineInfo is typing_extensions' T
 from ..errors import ConnectionFailed, InvalidInput, ReweighterError, error_from
 from ..types import ReweightRequest
 from ._proto.reweighter.v1 import reweighter_pb2 as pb
-from .common import default_of, has_default, wire_name
+from .common import default_of, has_default, shape_matrices, wire_name
 
 ERROR_TYPE_KEY = "reweighter-error-type"
 ERROR_FIELD_KEY = "reweighter-error-field"
@@ -177,12 +177,7 @@ def from_proto(msg: Message, cls: type[T], where: str = "") -> T:
             value = _value(msg, fd, hints[f.name], f, where)
             if value is not dataclasses.MISSING:
                 given[f.name] = value
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-        width = f.metadata.get("matrix")
-        if width and given.get(f.name) is not None:  # packed rows of the message's width
-            rows = np.asarray(given[f.name], dtype=np.float32)
-            given[f.name] = rows.reshape(-1, int(given.get(width) or 1))
-    return cls(**given)
+    return cls(**shape_matrices(cls, given))  # packed rows of the message's width
 
 
 def _value(msg: Message, fd: FieldDescriptor, hint: Any, f: Any, where: str) -> Any:

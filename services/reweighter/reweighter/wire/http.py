@@ -43,7 +43,7 @@ from ..types import (
     ReweightRequest,
     ReweightResult,
 )
-from .common import wire_name
+from .common import shape_matrices, wire_name
 
 Number = StrictFloat | StrictInt
 """A JSON number; strict so that "1" or true is rejected instead of silently converted.
@@ -160,12 +160,7 @@ def to_engine(value: BaseModel, **path: Any) -> Any:
     carries. A matrix field becomes a float32 [rows, width] array."""
     cls = _SOURCE[type(value)]
     given = {name: _engine(getattr(value, name)) for name in type(value).model_fields}
-    for f in dataclasses.fields(cls):
-        width = f.metadata.get("matrix")
-        if width and given.get(f.name) is not None:
-            rows = np.asarray(given[f.name], dtype=np.float32)
-            given[f.name] = rows.reshape(-1, int(given[width]) or 1) if rows.ndim != 2 else rows
-    return cls(**given, **path)
+    return cls(**shape_matrices(cls, given), **path)
 
 
 def _engine(v: Any) -> Any:
