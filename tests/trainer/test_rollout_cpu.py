@@ -242,3 +242,27 @@ def test_documented_run_syncs_every_step(rollout_server, reweighter_service, tmp
     # every weight with a gradient by about the learning rate, far more than that.
     assert (after - before).abs().max() > 1e-3, (before, after)
     assert (after - checkpoint).abs().max() > 1e-3, (checkpoint, after)
+
+
+def test_experiment_generates_on_the_rollout_server(rollout_server, reweighter_service, tmp_path):
+    """issue 31's experiment through the rollout server (`--rollout URL`), two arms one after
+    another in one process: each run generates on the server and syncs before each of its
+    steps (the second run first pushes its own initial weights over the first run's), and
+    --jobs > 1 is refused (one server holds one trainer's weights)."""
+    base = [sys.executable, "-m", "reweighter_trainer.experiment",
+            "--config", str(REPO / "trainer" / "configs" / "smollm2-picktwo.yaml"),
+            "--url", reweighter_service.http_url, "--seeds", "0", "--steps", "2",
+            "--eval-prompts", "1", "--no-dra-offline", "--rollout", rollout_server.url]  # fmt: skip
+    refused = subprocess.run([*base, "--out", str(tmp_path / "x"), "--jobs", "2"],
+                             capture_output=True, text=True, env=_env(), timeout=300, cwd=REPO)
+    assert refused.returncode == 2 and "--rollout: " in refused.stderr
+    out = tmp_path / "exp"
+    proc = subprocess.run(
+        [*base, "--out", str(out), "--methods", "grpo,mmr", f"vllm_group_port={free_port()}"],
+        capture_output=True, text=True, env=_env(OMP_NUM_THREADS="2"), timeout=1800, cwd=REPO,
+    )  # fmt: skip
+    assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-4000:])
+    for arm in ("grpo", "mmr"):
+        run = json.loads((out / "runs" / f"{arm}-0.json").read_text())
+        assert run["generation"]["generation"] == f"rollout server {rollout_server.url}", run
+        assert run["generation"]["weight_syncs"] == 2 and len(run["accuracy_curve"]) == 2

@@ -202,7 +202,7 @@ def run_one(raw: dict, method: str, seed: int, steps: int, out: Path, eval_rows:
     raw.update(seed=seed, data_seed=seed, max_steps=steps, output_dir=str(out / f"{method}-{seed}"))
     cfg = parse(raw)
     from .data import load_dataset
-    from .train import build_trainer
+    from .train import build_trainer, generation_summary
 
     trainer, reward = build_trainer(cfg)
     train_rows = list(load_dataset(cfg.dataset.name, cfg.dataset.split, cfg.dataset.limit))
@@ -242,6 +242,7 @@ def run_one(raw: dict, method: str, seed: int, steps: int, out: Path, eval_rows:
         "sample_accuracy": ev["sample_accuracy"],
         "similarity_curve": _curve(history, "reweighter/mean_similarity"),
         "train_wall_s": train_s,
+        "generation": generation_summary(cfg, trainer),  # where, and the weight syncs
         "examples": ev["examples"],
     }
 
@@ -351,6 +352,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="write results.json from the finished runs in OUT/runs, train nothing")
     p.add_argument("--jobs", type=int, default=1,
                    help="train the seeds in this many processes side by side (then collect)")
+    p.add_argument("--rollout", metavar="URL",
+                   help="generate on this rollout server (`bash scripts/rollout-cpu.sh`, or "
+                        "`trl vllm-serve` on a GPU; it must serve the config's policy), the "
+                        "trainer's weights synced to it before every step; one run at a time")
     p.add_argument("overrides", nargs="*", help="config key=value overrides for every run")
     argv = list(sys.argv[1:] if argv is None else argv)
     opts = p.parse_args(argv)
@@ -361,6 +366,15 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         p.error(f"--methods: unknown {bad[0]!r}; choose from {sorted({**ARMS, **DECLARED_ARMS})}")
     seeds = [int(s) for s in opts.seeds.split(",") if s.strip()]
+    if opts.rollout:
+        if opts.jobs > 1:
+            p.error("--rollout: a rollout server holds one trainer's weights at a time; "
+                    "use --jobs 1 (or one server per process)")
+        # TRL's server mode; each run pushes its own initial weights before its first
+        # generation (TRL syncs whenever the step moved, step 0 included), so the runs of an
+        # experiment may share one server one after another
+        opts.overrides += ["use_vllm=true", "vllm_mode=server",
+                           f"vllm_server_base_url={opts.rollout}"]
     if opts.pilot and not Path(opts.pilot).exists():
         p.error(f"--pilot: no such file {opts.pilot!r} (run scripts/experiment.sh --pilot first)")
     out = Path(opts.out)
