@@ -164,10 +164,14 @@ def generation(url: str, model_dir: str, a, deadline: Deadline) -> None:
     texts = prompts(tok, a.prompts)
     served = requests.get(f"{url}/v1/models", timeout=60).json()["data"][0]["id"]
     total = a.prompts * a.n * a.tokens
-    # Warm-up of both; the slower one's rate on one sequence (a batch is faster per token)
-    # bounds the first round's time, the last round's time the next one's.
-    warm = min(gen_server(url, served, texts[:1], 1, 8, deadline.left("server warm-up")),
-               gen_hf(model, tok, texts[:1], 1, 8))  # fmt: skip
+    # Warm-up of both (the first call of each pays for its setup: not a rate), then the slower
+    # one's rate on one prompt's n completions, a round's batch shape at a round's per-token
+    # cost, projects the first round (a single sequence's rate, used before, overstated it
+    # ten-fold and skipped every round of a 3600-s budget); the last round's time the next.
+    gen_server(url, served, texts[:1], 1, 8, deadline.left("server warm-up"))
+    gen_hf(model, tok, texts[:1], 1, 8)
+    warm = min(gen_server(url, served, texts[:1], a.n, 16, deadline.left("server warm-up")),
+               gen_hf(model, tok, texts[:1], a.n, 16))  # fmt: skip
     need = 2 * total / warm
     vllm, hf, ratio = [], [], []
     for r in range(a.gen_rounds):
