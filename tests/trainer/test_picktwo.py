@@ -213,3 +213,20 @@ def test_jobs_split_the_seeds_and_keep_every_other_option() -> None:
                                         "--jobs", "1"]
     assert child_argv(["--seeds=5", "--jobs=3", "--steps", "3"], [5]) == [
         "--steps", "3", "--seeds", "5", "--jobs", "1"]
+
+
+def test_a_pilot_too_short_is_refused_with_a_reason(tmp_path) -> None:
+    """`decision --pilot DIR` on GRPO curves shorter than 10 steps (a --quick run's) says why and
+    exits 2, instead of numpy's error from a NaN overdispersion deep in the simulation."""
+    import json
+    import subprocess
+    import sys
+
+    runs = [{"method": "grpo", "seed": s, "steps": 3, "accuracy_curve": [0.0, 0.25, 0.5]}
+            for s in (0, 1)]
+    (tmp_path / "results.json").write_text(json.dumps({"task": {}, "runs": runs}))
+    proc = subprocess.run([sys.executable, "-m", "reweighter_trainer.decision", "--pilot",
+                           str(tmp_path), "10"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "the GRPO curves have 3 steps; a pilot needs at least 10" in proc.stderr
+    assert not (tmp_path / "pilot.json").exists()

@@ -341,6 +341,10 @@ POWER_SEEDS = (8, 10, 12, 16)
 POWER_ARMS = (1, 2, 3, 4)
 
 
+PILOT_MIN_STEPS = 10
+"""The shortest pilot `pilot_summary` reads: its last-10-step plateau needs 10 steps."""
+
+
 def pilot_summary(results: dict[str, Any], n: int = 1000, group: int | None = None,
                   paired_sd: float | None = None) -> dict[str, Any]:
     """What the pilot fixes (issue 31, item 3) from its GRPO runs' per-step curves: delta_2x,
@@ -350,7 +354,14 @@ def pilot_summary(results: dict[str, Any], n: int = 1000, group: int | None = No
     AREA_RULE (n simulated experiments per row) at tau and, given an observed `paired_sd`, at
     the tau calibrated to it (fit_tau_paired; else at 2 tau)."""
     curves = [r["accuracy_curve"] for r in results["runs"] if r["method"] == "grpo"]
+    if not curves:
+        raise ValueError("no GRPO run in results.json: a pilot is GRPO's per-step curves")
     steps = min(len(c) for c in curves)
+    if steps < PILOT_MIN_STEPS:  # else NaN overdispersion, and the simulation's beta fails
+        raise ValueError(
+            f"the GRPO curves have {steps} steps; a pilot needs at least {PILOT_MIN_STEPS} "
+            "(its first 5 and last 10 steps, and the per-step overdispersion around a 5-step mean)"
+        )
     curves = [c[:steps] for c in curves]
     g = group or int(results["task"].get("completions_per_step") or GROUP)
     phis = [overdispersion(c, g) for c in curves]
@@ -435,8 +446,12 @@ def main(argv: list[str] | None = None) -> int:
         rest = args[2:]
         paired = float(rest[rest.index("--paired-sd") + 1]) if "--paired-sd" in rest else None
         num = [a for a in rest if a.isdigit()]
-        summary = pilot_summary(json.loads((out / "results.json").read_text()),
-                                n=int(num[0]) if num else 1000, paired_sd=paired)
+        try:
+            summary = pilot_summary(json.loads((out / "results.json").read_text()),
+                                    n=int(num[0]) if num else 1000, paired_sd=paired)
+        except ValueError as e:
+            print(f"decision --pilot {out}: {e}", file=sys.stderr)
+            return 2
         (out / "pilot.json").write_text(json.dumps(summary, indent=2))
         print("| tau | arms | seeds | P(speeds up), true 2x | P(speeds up), no effect | "
               "P(refuted), true 2x | P(refuted), no effect |")
