@@ -92,10 +92,13 @@ echo "experiment: ${left} s left of ${LIMIT}: ${SETUP[*]}"
 # the main mode of scripts/experiment.sh, with the GPU's overrides
 timeout -k 15 "$left" $PY -m reweighter_trainer.experiment "${SETUP[@]}" --base-eval \
   --jobs "${GX_JOBS:-12}" 2>&1 | tee -a "$EXP/experiment.log"
-echo "experiment rc=${PIPESTATUS[0]} after $((SECONDS - T0)) s"
-pkill -f "reweighter_trainer.experiment.*$EXP"; sleep 2  # --jobs' children
-# results.json from whatever finished (the pre-registered rule needs every arm on every seed)
-$PY -m reweighter_trainer.experiment "${SETUP[@]}" --collect-only 2>&1 | tail -3
+RC=${PIPESTATUS[0]}
+echo "experiment rc=$RC after $((SECONDS - T0)) s"
+if [ "$RC" != 0 ]; then  # stopped (or failed) before it wrote results.json itself
+  pkill -f "reweighter_trainer.experiment.*$EXP"; sleep 2  # --jobs' children
+  # results.json from whatever finished (the pre-registered rule needs every arm on every seed)
+  $PY -m reweighter_trainer.experiment "${SETUP[@]}" --collect-only 2>&1 | tail -3
+fi
 $PY -m reweighter_trainer.plots "$EXP" 2>&1 | tail -2
 kill "$SERVICE" 2>/dev/null
 [ "$MPS" = on ] && echo quit | nvidia-cuda-mps-control
