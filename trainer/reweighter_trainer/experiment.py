@@ -63,9 +63,6 @@ ARM_CONFIG: dict[str, dict[str, Any]] = {
 own centring is a no-op on zero-mean advantages). success_threshold 1.0 is exact for the papers'
 reward on pick tasks: a correct completion scores format + 2 x [0.5, 1] >= 1.0, a wrong one
 format + 2 x [-0.5, 0] < 1.0 (1.0 only when empty or 400 characters long: not at 48 tokens)."""
-DECLARED_ARMS: dict[str, tuple[str, dict[str, Any]]] = {}
-"""Arms declared before their methods were offered (issue 31); darling and grpo-passk are in
-ARMS now that the methods branch has landed."""
 
 
 def log(msg: str) -> None:
@@ -190,7 +187,7 @@ def run_one(raw: dict, method: str, seed: int, steps: int, out: Path, eval_rows:
             opts: argparse.Namespace, embed) -> dict[str, Any]:
     """Train one (method, seed), evaluate it, return its results.json entry."""
     raw = json.loads(json.dumps(raw))
-    name, params = {**ARMS, **DECLARED_ARMS}[method]
+    name, params = ARMS[method]
     raw["reweighter"]["method"] = name
     raw["reweighter"]["params"] = dict(params)
     raw["reweighter"]["url"] = opts.url
@@ -362,9 +359,9 @@ def main(argv: list[str] | None = None) -> int:
     if opts.samples < opts.k:
         p.error(f"--samples ({opts.samples}) must be >= --k ({opts.k})")
     methods = [m.strip() for m in opts.methods.split(",") if m.strip()]
-    bad = [m for m in methods if m not in ARMS and m not in DECLARED_ARMS]
+    bad = [m for m in methods if m not in ARMS]
     if bad:
-        p.error(f"--methods: unknown {bad[0]!r}; choose from {sorted({**ARMS, **DECLARED_ARMS})}")
+        p.error(f"--methods: unknown {bad[0]!r}; choose from {sorted(ARMS)}")
     seeds = [int(s) for s in opts.seeds.split(",") if s.strip()]
     if opts.rollout:
         if opts.jobs > 1:
