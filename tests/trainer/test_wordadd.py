@@ -106,3 +106,27 @@ def test_excluded_from_reads_the_speed_up_grid() -> None:
     assert x is not None and x <= 1.5
     assert delta_for_speedup(curves, 1 / x) > d15 - 1e-9
     assert excluded_from(10.0, curves) is None
+
+
+def test_collect_only_writes_the_wordadd_decision(tmp_path) -> None:
+    """Synthetic runs through the real collect path with --rule wordadd: the decision is the
+    pre-registered one, its commit recorded, the control outside the arms' family."""
+    import json
+
+    from reweighter_trainer.experiment import main
+
+    (tmp_path / "runs").mkdir()
+    for r in runs({"grpo": 1.0, "mmr": 1.0, "grpo-2xlr": 2.0}):
+        entry = {**r, "steps": 40, "reward_curve": r["accuracy_curve"], "accuracy": 0.5,
+                 "pass_at_k": 0.8, "distinct_correct": 1.0, "mean_pairwise_similarity": 0.7,
+                 "steps_to_target": None, "reweight_share": 0.01}
+        (tmp_path / "runs" / f"{r['method']}-{r['seed']}.json").write_text(json.dumps(entry))
+    argv = ["--config", CONFIG, "--out", str(tmp_path), "--methods", "grpo,mmr,grpo-2xlr",
+            "--seeds", ",".join(map(str, range(40, 52))), "--collect-only", "--rule", "wordadd",
+            "--preregistered", "abc123", "--no-dra-offline", "--eval-prompts", "2",
+            "--samples", "8"]
+    assert main(argv) == 0
+    d = json.loads((tmp_path / "results.json").read_text())["decision"]
+    assert d["preregistered_commit"] == "abc123" and d["arms"] == ["mmr"]
+    assert d["control"] == "grpo-2xlr" and d["valid"] is True
+    assert d["verdict_per_arm"] == {"mmr": "refuted"}
