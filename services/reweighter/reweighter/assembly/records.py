@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal, Self
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..errors import StoreUnavailable
+from ..tenancy import DEFAULT_TENANT, current_tenant, scoped
 from ..types import GroupStats
 from .types import MemberReason, MemberResult
 
@@ -177,18 +178,27 @@ class Member:
     """Its round's meta: what every member must share."""
     record: MemberRecord
     """Compared by digest on a retry."""
+    tenant: str = DEFAULT_TENANT
+    """Whose member it is: its group lives in that tenant's namespace of the store."""
 
     @property
     def gid(self) -> str:
+        """The group id as its sender named it (in messages and answers)."""
         return self.checked.group_id
+
+    @property
+    def key(self) -> str:
+        """The group's key in the store: the id in its tenant's namespace, so two tenants
+        using one group id never meet (reweighter.tenancy.scoped)."""
+        return scoped(self.checked.group_id, self.tenant)
 
     @property
     def mid(self) -> str:
         return self.checked.member_id
 
 
-def encode(c: CheckedMember) -> Member:
-    """A checked member with its records."""
+def encode(c: CheckedMember, tenant: str | None = None) -> Member:
+    """A checked member with its records, in `tenant`'s namespace (default: the caller's)."""
     if c.completion is not None:
         digest = hashlib.sha256(c.completion.encode("utf-8")).hexdigest()
         value: str | list[float] = c.completion
@@ -212,7 +222,7 @@ def encode(c: CheckedMember) -> Member:
         prompt_key=c.prompt_key,
     )
     record = MemberRecord(reward=c.reward, digest=digest, value=value, answer=c.answer)
-    return Member(c, meta, record)
+    return Member(c, meta, record, current_tenant() if tenant is None else tenant)
 
 
 __all__ = [

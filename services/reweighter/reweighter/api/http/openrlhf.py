@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ...assembly import GroupAssembler, MemberReason, MemberResult, MemberSubmission
 from ...config import OpenRLHFSettings
 from ...errors import InvalidInput, NotReady, Unauthenticated
+from ...tenancy import Tenant, Tenants, scoped
 from ...types import DEFAULT_METHOD
 from ...verify import Verifier, response_of
 from ...verify.math_answers import canonical_answer, math_verifier
@@ -123,6 +124,21 @@ def is_token_path(path: str, token: str | None) -> bool:
     return True
 
 
+def token_tenant(path: str, token: str | None, tenants: Tenants) -> bool | Tenant:
+    """`is_token_path` with tenants: with a tenants file, the URL's token is a tenant's
+    `openrlhf_token` and names its tenant; without one, the service's --openrlhf-token."""
+    table = tenants.table
+    if not table.configured:
+        return is_token_path(path, token)
+    match = TOKEN_PATH.match(path)
+    if match is None:
+        return False
+    tenant = table.resolve_token(match["token"])
+    if tenant is None:
+        raise Unauthenticated("wrong OpenRLHF token in the URL (no tenant has it)")
+    return tenant
+
+
 def build_openrlhf_router(
     settings: OpenRLHFSettings,
     metrics: Metrics,
@@ -153,7 +169,7 @@ def build_openrlhf_router(
             return None, False
         if assembler is None:
             raise NotReady("group assembly is not running in this service")
-        seat = rounds.enter(prompt, query, size)
+        seat = rounds.enter(scoped(prompt), query, size)  # each tenant's own rounds
         result: MemberResult | None = None
         try:
             if seat.surplus:
