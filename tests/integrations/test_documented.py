@@ -36,7 +36,7 @@ ADAPTERS = [
     "reweighter.integrations.trl",
     "reweighter.integrations.slime",
     "reweighter.integrations.skyrl",
-    "reweighter.integrations.verl",
+    pytest.param("reweighter.integrations.verl", marks=pytest.mark.process),  # verl: torch
 ]
 
 
