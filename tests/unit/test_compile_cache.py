@@ -15,6 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+# Each test builds (or loads) a package through `python -m reweighter.embedding.aot`.
+pytestmark = pytest.mark.process
+
 from reweighter.embedding import aot
 from reweighter.embedding.sentence_transformers import SentenceTransformerEncoder
 from reweighter.embedding.tiny import build_tiny_encoder

@@ -173,6 +173,7 @@ def test_max_seq_length_override_changes_the_window(plain: SentenceTransformer) 
     np.testing.assert_allclose(small.encode([text]), ref, atol=1e-5)
 
 
+@pytest.mark.process  # the compiled encoder is built in a child process: ~a minute on 2 cores
 def test_auto_compiles_where_it_measured_faster(tmp_path) -> None:
     """compile="auto" compiles (in the background) where the compiled forward measured faster:
     CUDA and CPUs with AVX-512 at fp32 (BENCHMARKS.md Q); AVX2-only CPUs measured it slower and
