@@ -77,32 +77,30 @@ def encode_cpu(st, batch: list[str]) -> float:
     return (time.process_time() - t0) / len(batch)
 
 
-def forward_cpu(model: str, batch: list[str]) -> float:
-    """CPU seconds per completion of our encoder's forward alone (pieces already tokenised, in
-    batches of 64): what a GPU would run, subtracted to give the host path."""
+def forward_cpu(model: str, batch: list[str], device: str) -> float:
+    """Host CPU seconds per completion of our encoder's forward alone (pieces already tokenised,
+    batches of 64, eager): on a CPU the work a GPU would take, subtracted to give the host path;
+    on a GPU what launching it costs the host."""
     import torch
 
-    from reweighter.embedding.sentence_transformers import SentenceTransformerEncoder
-
-    enc = _encoder(model)
+    enc = _encoder(model, device)
     pieces = enc.split(batch)
     t0 = time.process_time()
     with torch.inference_mode():
         for i in range(0, len(pieces), 64):
-            enc._forward(pieces[i : i + 64], count=False)
-    del SentenceTransformerEncoder
+            enc._forward(pieces[i : i + 64], count=False).cpu()
     return (time.process_time() - t0) / len(batch)
 
 
 _ENCODERS: dict = {}
 
 
-def _encoder(model: str):
+def _encoder(model: str, device: str):
     from reweighter.embedding.sentence_transformers import SentenceTransformerEncoder
 
-    if model not in _ENCODERS:
-        _ENCODERS[model] = SentenceTransformerEncoder(model, device="cpu", compile=False)
-    return _ENCODERS[model]
+    if (model, device) not in _ENCODERS:
+        _ENCODERS[model, device] = SentenceTransformerEncoder(model, device=device, compile=False)
+    return _ENCODERS[model, device]
 
 
 ROUTE = "reweight"
@@ -150,7 +148,8 @@ def wait_compiled(served, flags: list[str], timeout: float = 300.0) -> None:
     AVX-512 CPUs), wait until it is in: the compile's own CPU is not the host path's."""
     from reweighter.embedding.sentence_transformers import auto_compiles
 
-    if "--no-compile" in flags or not auto_compiles("cpu"):
+    device = flags[flags.index("--device") + 1] if "--device" in flags else "cpu"
+    if "--no-compile" in flags or not auto_compiles(device):
         return
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -170,6 +169,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--flags", default="", help="extra `reweighter serve` flags")
     ap.add_argument("--route", choices=["reweight", "embed"], default="reweight")
+    ap.add_argument("--device", default="cpu", help="the service's device (cuda on a GPU)")
     args = ap.parse_args()
     global ROUTE
     ROUTE = args.route
@@ -183,8 +183,8 @@ def main() -> None:
         flags = ["--model", model]
     else:
         model, flags = minilm, []
-    flags += ["--device", "cpu", *args.flags.split()]
-    st = SentenceTransformer(model, device="cpu")
+    flags += ["--device", args.device, *args.flags.split()]
+    st = SentenceTransformer(model, device=args.device)
     rng = random.Random(7)
     st.encode(texts(rng, 64, args.words), batch_size=32)  # warm
     rows: dict[str, list[float]] = {}
@@ -195,7 +195,7 @@ def main() -> None:
             batch = texts(rng, args.n, args.words)
             rows.setdefault("tokenizer alone", []).append(tokenizer_cpu(minilm, batch, args.group))
             rows.setdefault("plain encode(32)", []).append(encode_cpu(st, batch))
-            rows.setdefault("forward alone", []).append(forward_cpu(model, batch))
+            rows.setdefault("forward alone", []).append(forward_cpu(model, batch, args.device))
             for transport in (("HTTP", "gRPC") if run % 2 == 0 else ("gRPC", "HTTP")):
                 r = service_cpu(served, transport, texts(rng, args.n, args.words), args.group,
                                 args.concurrency)  # fmt: skip
