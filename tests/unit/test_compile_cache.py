@@ -15,12 +15,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-# Each test builds (or loads) a package through `python -m reweighter.embedding.aot`.
-pytestmark = pytest.mark.process
-
 from reweighter.embedding import aot
 from reweighter.embedding.sentence_transformers import SentenceTransformerEncoder
 from reweighter.embedding.tiny import build_tiny_encoder
+
+# Each test builds (or loads) a package through `python -m reweighter.embedding.aot`.
+pytestmark = pytest.mark.process
 
 TEXTS = ["x", "Step 1: 3 + 4 = 7.", "Step 2: 7 x 6 = 42, so the answer is 42. " * 12,
          "a long trace " * 300]  # fmt: skip
