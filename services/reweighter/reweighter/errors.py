@@ -84,6 +84,10 @@ class Unauthenticated(ReweighterError, status=(401, "UNAUTHENTICATED")):
     costs no parsing."""
 
 
+class ModelNotFound(ReweighterError, status=(404, "NOT_FOUND")):
+    """A request naming a model this service does not serve (the OpenAI API's `model`)."""
+
+
 # -- group assembly (issue 12) ---------------------------------------------------------------
 
 

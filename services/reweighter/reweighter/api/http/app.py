@@ -22,9 +22,9 @@ from ...engine.surface import EngineSurface
 from ...errors import InvalidInput, ReweighterError
 from ...limits import max_body_bytes
 from ...tenancy import Tenants
-from ...wire.http import ErrorOut
+from ...wire.openai import OPENAI_PATHS
 from ..metrics import Metrics
-from .middleware import BodyLimit, endpoint_name
+from .middleware import BodyLimit, endpoint_name, error_response
 from .openrlhf import build_openrlhf_router, token_tenant
 from .router import build_router
 from .routes import RequestFields, route_labels
@@ -64,8 +64,7 @@ def create_app(
         if exc.http_status == 401:
             metrics.count_rejected("http", endpoint_name(request.url.path), type(exc).__name__)
         headers = {"Retry-After": "1"} if exc.http_status in (429, 503) else None
-        body = ErrorOut.from_error(exc).model_dump()
-        return JSONResponse(body, status_code=exc.http_status, headers=headers)
+        return error_response(request.url.path, exc, headers)
 
     @app.exception_handler(RequestValidationError)
     async def _schema_error(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -77,8 +76,7 @@ def create_app(
         else:
             message = first.get("msg", "invalid input")
         metrics.count_rejected("http", endpoint_name(request.url.path), "InvalidInput")
-        body = ErrorOut.from_error(InvalidInput(message, field=field)).model_dump()
-        return JSONResponse(body, status_code=422)
+        return error_response(request.url.path, InvalidInput(message, field=field))
 
     @app.exception_handler(HTTPException)
     async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
@@ -87,6 +85,9 @@ def create_app(
         kind = _HTTP_ERROR_TYPES.get(exc.status_code, "HTTPError")
         if exc.status_code < 500:
             metrics.count_rejected("http", endpoint_name(request.url.path), kind)
+        if request.url.path in OPENAI_PATHS:
+            err = ReweighterError(str(exc.detail), http_status=exc.status_code)
+            return error_response(request.url.path, err, exc.headers)
         body = {"error": {"message": str(exc.detail), "field": None, "type": kind}}
         return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
 

@@ -27,6 +27,7 @@ from ...tenancy import (
     single_key,
 )
 from ...wire.http import ErrorOut
+from ...wire.openai import OPENAI_PATHS, openai_error, openai_status
 from ..metrics import Metrics
 
 
@@ -36,6 +37,18 @@ def endpoint_name(path: str) -> str:
     if path.startswith("/v1/openrlhf/"):
         return "openrlhf"
     return path.rsplit("/", 1)[-1] or "root"
+
+
+def error_response(
+    path: str, exc: ReweighterError, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    """An error as the path's clients expect it: OpenAI's shape (400 for bad input) on the
+    OpenAI routes, ours (`ErrorOut`, the error's own code) everywhere else."""
+    if path in OPENAI_PATHS:
+        body = openai_error(exc).model_dump()
+        return JSONResponse(body, status_code=openai_status(exc), headers=headers)
+    body = ErrorOut.from_error(exc).model_dump()
+    return JSONResponse(body, status_code=exc.http_status, headers=headers)
 
 
 PROTECTED_PREFIX = "/v1/"
@@ -136,9 +149,7 @@ class BodyLimit:
         """Answer now and close: the unread rest of the body is never read."""
         path = endpoint_name(scope.get("path", ""))
         self.metrics.count_rejected("http", path, type(exc).__name__)
-        body = ErrorOut.from_error(exc).model_dump()
-        headers = {"connection": "close"}
-        response = JSONResponse(body, status_code=exc.http_status, headers=headers)
+        response = error_response(scope.get("path", ""), exc, {"connection": "close"})
         await response(scope, _no_receive, send)
 
 

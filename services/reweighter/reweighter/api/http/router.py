@@ -37,6 +37,7 @@ from ...wire.http import (
     to_engine,
 )
 from ..metrics import Metrics
+from .openai import build_openai_router
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorOut, "description": desc}
@@ -129,6 +130,8 @@ def build_router(
                 raise NotReady("group assembly is not running in this service")
             sub = to_engine(body, group_id=group_id)
             return answer(await assembler.submit(sub))  # type: ignore[return-value]
+
+    api.include_router(build_openai_router(engine, settings, metrics))
 
     router = APIRouter()
     router.include_router(health)
