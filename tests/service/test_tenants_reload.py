@@ -22,6 +22,8 @@ from reweighter.client import GrpcReweighterClient, ReweighterClient
 from reweighter.errors import Unauthenticated
 from reweighter.launch import OFFLINE, serve
 
+pytestmark = pytest.mark.server  # `reweighter serve` as a child process
+
 OLD, NEW, OTHER = "old-key-of-team-a", "new-key-of-team-a", "key-of-team-b-1"
 
 
