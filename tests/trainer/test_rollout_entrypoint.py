@@ -13,7 +13,10 @@ from pathlib import Path
 import pytest
 
 ENTRYPOINT = Path(__file__).resolve().parents[2] / "services" / "rollout" / "entrypoint.sh"
-FAKE = "import json, os, sys\nprint(json.dumps([os.environ.get('VLLM_SERVER_DEV_MODE'), *sys.argv[1:]]))\n"
+FAKE = (
+    "import json, os, sys\n"
+    "print(json.dumps([os.environ.get('VLLM_SERVER_DEV_MODE'), *sys.argv[1:]]))\n"
+)
 
 
 def _run(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
@@ -103,7 +106,8 @@ def test_device_cpu_is_eager_with_a_bounded_kv_cache_and_the_gloo_engine(tmp_pat
     (reweighter_trainer.rollout's vLLM plugin), with TRL's logprob settings kept."""
     argv = _serve(_run(tmp_path, {"MODEL": "m", "DEVICE": "cpu"}))
     assert "--enforce-eager" in argv
-    configs = [json.loads(argv[i + 1]) for i, a in enumerate(argv) if a == "--weight-transfer-config"]
+    flag = "--weight-transfer-config"
+    configs = [json.loads(argv[i + 1]) for i, a in enumerate(argv) if a == flag]
     assert configs == [{"backend": "gloo"}]
     assert _last(argv, "--logprobs-mode") == "processed_logprobs"
     assert _last(argv, "--max-logprobs") == "-1"
