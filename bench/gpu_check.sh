@@ -97,11 +97,15 @@ grep -q "WHEEL INSTALL FAILED" "$OUT/env.txt" && FAILED="$FAILED wheels"
 if [ "$SMALL" = 1 ]; then
   EMBED_ARGS=(--n 64 --runs 1 --compile off)
   FC_ARGS=(--runs 1 --n 32 --compile-wait 5)
+  HOST_ARGS=(--n 64 --runs 1)
+  LONG_ARGS=(--n 4 --runs 1)
   TESTS=(tests/unit/test_cuda.py)
 else
   EMBED_ARGS=(--n 8192 --runs 2)
-  FC_ARGS=(--runs 1 --n 512 --compile-wait 60 --fairness --huge-head-start 2 --fair-seconds 6)
-  TESTS=(tests/unit/test_cuda.py tests/unit/test_engine.py)
+  FC_ARGS=(--runs 1 --n 512 --compile-wait 150 --fairness --huge-head-start 2 --fair-seconds 6)
+  HOST_ARGS=(--n 1024 --runs 2)
+  LONG_ARGS=(--n 512 --runs 2 --compile auto)
+  TESTS=(tests/unit/test_cuda.py tests/unit/test_engine.py tests/unit/test_compile_cache.py)
 fi
 
 # In order of what the check is for, so that a slow step costs the later, lesser ones.
@@ -125,6 +129,14 @@ step first_contact 120 service.txt $PY bench/bench_first_contact.py --device "$D
 # d') HTTP and gRPC /v1/reweight, p50/p99, and what the service adds over in-process
 step service_grid 70 service.txt $PY bench/bench_service.py --quick
 
+# e) the host path with the real MiniLM on the GPU: the service process's CPU per completion
+#    (HTTP and gRPC, /v1/reweight) against the tokenizer alone, and texts/s
+step host_path 120 host.txt $PY bench/bench_host_path.py --model bundled --device "$DEV" \
+  "${HOST_ARGS[@]}"
+
+# f) long completions: the reference step (4,096 x ~2,000 word pieces) per long_text policy
+step long_text 90 long.txt $PY bench/bench_long_text.py --device "$DEV" "${LONG_ARGS[@]}"
+
 {
   echo "=== summary after $((SECONDS - T_START)) s: failed steps:${FAILED:- none}"
   grep -h -E "passed|failed|error" "$OUT/tests.txt" | tail -3
@@ -133,4 +145,6 @@ step service_grid 70 service.txt $PY bench/bench_service.py --quick
   grep -h -E "^ready|^\| (after ready|compiled) \| fresh \| service|^\| after \||^\| HTTP \| 8 \| 8" \
     "$OUT/service.txt" 2>/dev/null
   grep -h -E "\| (dra|mmr) \(emb\) \| cuda \| 1024" "$OUT/methods.txt" 2>/dev/null
+  grep -h -E "^\| (tokenizer|forward|plain|service)" "$OUT/host.txt" 2>/dev/null
+  grep -h -E "^\| (head|tail|spread|chunk_mean) \|" "$OUT/long.txt" 2>/dev/null
 } | tee "$OUT/summary.txt"

@@ -37,7 +37,7 @@ from reweighter.errors import (
 from reweighter.methods import advantages
 from reweighter.types import GroupStats
 
-from .conftest import Build, embedded_group, ordered_request, settings, waiting
+from .conftest import Build, Later, embedded_group, ordered_request, settings, waiting
 
 # -- the store: every rule of the state machine, both stores -----------------------------------
 
@@ -140,7 +140,9 @@ async def test_each_rule_of_the_state_machine(build: Build, rule: str) -> None:
     assert type(got) is next(r.outcome for r in RULES if r.name == rule)
 
 
-async def test_finish_stores_one_result_and_claims_are_exclusive(build: Build) -> None:
+async def test_finish_stores_one_result_and_claims_are_exclusive(
+    build: Build, later: Later
+) -> None:
     store = build().store
     await store.add("g", "a", META, REC, 2, 5.0)
     assert await store.finish("g", _result(0, META, ["a", "b"])) is None  # not as read
@@ -151,7 +153,7 @@ async def test_finish_stores_one_result_and_claims_are_exclusive(build: Build) -
     assert not await store.claim("g", "t2", 5.0)
     await store.release("g", "t1")
     assert await store.claim("g", "t2", 0.2)
-    await asyncio.sleep(0.4)
+    await later(0.4)
     assert await store.claim("g", "t3", 5.0)  # an expired claim is taken over
     first = _result(0, META, ["a"])
     assert await store.finish("g", first) == first
@@ -402,7 +404,7 @@ async def test_bounds_answer_overloaded(build: Build) -> None:
     assert asm.waiting == 0 and asm.open_groups == 0
 
 
-async def test_the_store_expires_open_rounds_and_results(build: Build) -> None:
+async def test_the_store_expires_open_rounds_and_results(build: Build, later: Later) -> None:
     """Nothing grows without bound: an open round lives until its latest member's deadline
     (each arrival can only extend it), results for the result TTL, on the store's clock."""
     store = build(assembly_result_ttl_s=1.0).store
@@ -414,14 +416,14 @@ async def test_the_store_expires_open_rounds_and_results(build: Build) -> None:
     assert await store.finish("h", result) == result
     assert await store.add("h", "a", meta, REC, 1, ttl_s=2.0) == Answered(0, result)
     assert await store.counts() == (1, 1)
-    await asyncio.sleep(1.2)  # the result is gone, the open round is not
+    await later(1.2)  # the result is gone, the open round is not
     assert await store.poll("h", 0) == (None, 0)
     assert await store.add("h", "b", meta, REC, 2, ttl_s=0.3) == Added(0, 1)  # afresh: round 0
     assert isinstance(await store.add("g", "a", meta, REC, 2, ttl_s=0.1), Exists)  # stays
     assert (await store.add("g", "b", meta, REC, 2, ttl_s=2.0)).count == 2  # extends: 3.2 s
-    await asyncio.sleep(1.0)  # 2.2 s: g's first deadline passed, it is extended; h expired
+    await later(1.0)  # 2.2 s: g's first deadline passed, it is extended; h expired
     assert await store.counts() == (1, 2)
-    await asyncio.sleep(1.3)
+    await later(1.3)
     assert await store.counts() == (0, 0)
     assert await store.members("g") is None
 

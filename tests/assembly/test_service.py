@@ -111,6 +111,7 @@ def _expected(groups: list[list[MemberSubmission]], url: str) -> dict[tuple[str,
     return want
 
 
+@pytest.mark.slow
 async def test_hundred_groups_shuffled_across_replicas_and_transports(
     replicas: list[BackgroundService],
 ) -> None:

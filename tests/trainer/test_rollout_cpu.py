@@ -37,7 +37,7 @@ COMPLETION = " Tom has 13 coins. Answer: 13"
 
 DOC = REPO / "docs" / "trainer.md"
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.vllm, pytest.mark.trainer]  # the rollout venv, GRPO steps
 
 
 def documented() -> list[list[str]]:

@@ -17,7 +17,7 @@ from reweighter.types import Group, ReweightRequest
 from reweighter_trainer.data import load_arith_rows
 from reweighter_trainer.rewards import accuracy_reward, format_reward
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.trainer  # reweighter-train runs
 ANSWERS = {r["prompt"]: r["answer"] for r in load_arith_rows()}
 
 

@@ -48,6 +48,7 @@ class LongTextPolicy(StrEnum):
     HEAD = "head"
     TAIL = "tail"
     CHUNK_MEAN = "chunk_mean"
+    SPREAD = "spread"
 
 
 E = TypeVar("E", bound=StrEnum)
