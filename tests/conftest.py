@@ -32,8 +32,9 @@ os.environ.setdefault("REWEIGHTER_COMPILE", "off")
 # `bash scripts/test.sh --fast` is `pytest -m "not slow"`. A test is marked by a kind that says
 # why it is slow; every kind implies `slow`. Fixtures that make a test slow mark it here, so a new
 # test that uses one is marked without anyone remembering to.
-KINDS = ("server", "docker", "vllm", "trainer", "venv", "process")
+KINDS = ("server", "docker", "vllm", "trainer", "venv", "process", "browser")
 FIXTURE_KINDS = {
+    "browser": "browser",  # tests/service/test_dashboard.py: headless Chromium via Selenium
     "keyed": "server",  # tests/hardening: a `reweighter serve` child with limits and a key
     "private_redis": "server",  # tests/hardening's services run on it
     "reweighter_service": "server",  # tests/trainer: a `reweighter serve` child

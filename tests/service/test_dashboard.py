@@ -183,7 +183,7 @@ def _assert_plotted_equals_json(driver, data: dict) -> None:
         assert [p[1] for p in got] == pytest.approx([w[1] for w in want], abs=1e-9), metric
 
 
-@pytest.mark.slow
+@pytest.mark.timeout(180)  # slow by its `browser` fixture (tests/conftest.py); bounded here
 def test_the_page_in_chromium_plots_the_json_live(
     svc: BackgroundService, client: ReweighterClient, engine: ReweightEngine, browser
 ):
