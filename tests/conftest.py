@@ -78,7 +78,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
         report.longrepr = (
             f"{item.nodeid} took {report.duration:.1f} s without a slow marker (the limit for "
             f"an unmarked test is {UNMARKED_LIMIT_S:g} s): mark it slow, or with the kind that "
-            "says why (pyproject's markers: server, docker, vllm, trainer, venv, process), or "
+            f"says why (pyproject's markers: {', '.join(KINDS)}), or "
             "make it faster"
         )
 
