@@ -23,7 +23,7 @@ from reweighter.assembly.machine import (
     Full,
     Mismatch,
 )
-from reweighter.assembly.records import GroupMeta, MemberRecord, RoundResult
+from reweighter.assembly.records import PAYLOAD, SHARED, GroupMeta, MemberRecord, RoundResult
 from reweighter.assembly.store import AssemblyStore
 from reweighter.engine import ReweightEngine
 from reweighter.errors import (
@@ -35,7 +35,7 @@ from reweighter.errors import (
     StoreUnavailable,
 )
 from reweighter.methods import advantages
-from reweighter.types import GroupStats
+from reweighter.types import Group, GroupStats, ReweightRequest
 
 from .conftest import Build, Later, embedded_group, ordered_request, settings, waiting
 
@@ -43,14 +43,15 @@ from .conftest import Build, Later, embedded_group, ordered_request, settings, w
 
 META = GroupMeta(group_size=2, method="dra", params={}, advantages="none", input="embedding",
                  dim=2)  # fmt: skip
-REC = MemberRecord(reward=1.0, digest="d", value=[1.0, 0.0])
+REC = MemberRecord(reward=1.0, digests={"embedding": "d"}, value=[1.0, 0.0])
 
 
 def _result(rnd: int, meta: GroupMeta, ids: list[str]) -> RoundResult:
     n = len(ids)
     return RoundResult(
-        round=rnd, meta=meta, complete=True, ids=ids, raw=[1.0] * n, digests=["d"] * n,
-        rewards=[1.0] * n, advantages=None, stats=GroupStats(1.0),
+        round=rnd, meta=meta, complete=True, ids=ids, raw=[1.0] * n,
+        digests=[{"embedding": "d"}] * n, rewards=[1.0] * n, advantages=None,
+        stats=GroupStats(1.0),
     )  # fmt: skip
 
 
@@ -314,6 +315,63 @@ async def test_a_known_member_with_another_payload_after_its_round_is_a_conflict
     assert await assembler.store.counts() == (0, 0)  # no round was opened
     assert assembler.stats.size_mismatch["late"] == 0
     assert await assembler.submit(g[1]) == done[1]
+
+
+# What each member field that changes a result is changed to (on top of `base`), and the 409 it
+# gets. Derived from the fields' roles (types.MemberRole): a field added to MemberSubmission as
+# shared or payload fails `test_every_field_that_changes_a_result_is_covered` until it is here.
+CHANGES: dict[str, tuple[dict[str, object], dict[str, object], type[Exception]]] = {
+    "group_size": ({}, {"group_size": 3}, PreconditionFailed),
+    "method": ({}, {"method": "mmr"}, PreconditionFailed),
+    "params": ({}, {"params": {"eps": 1e-3}}, PreconditionFailed),
+    "advantages": ({}, {"advantages": "grpo"}, PreconditionFailed),
+    "advantage_params": (
+        {"method": "none", "advantages": "pass_at_k", "advantage_params": {"k": 1}},
+        {"advantage_params": {"k": 2}},
+        PreconditionFailed,
+    ),
+    "step": ({"step": 3}, {"step": 4}, PreconditionFailed),
+    "prompt_key": ({"prompt_key": "p"}, {"prompt_key": "q"}, PreconditionFailed),
+    "reward": ({}, {"reward": 7.0}, Conflict),
+    "completion": ({"embedding": None, "completion": "x + y"}, {"completion": "y + x"}, Conflict),
+    "embedding": ({}, {"embedding": [1.0] * 8}, Conflict),
+    "answer": ({"answer": "42"}, {"answer": "43"}, Conflict),
+}
+
+
+def test_every_field_that_changes_a_result_is_covered() -> None:
+    """Every member field has a role; the shared ones are GroupMeta's fields and reach the
+    rebuilt request, the payload ones become the Group's lists; both are tested in CHANGES."""
+    roles = {f.name: f.metadata.get("member") for f in dataclasses.fields(MemberSubmission)}
+    assert None not in roles.values(), f"give every MemberSubmission field a member role: {roles}"
+    assert set(CHANGES) == set(SHARED) | set(PAYLOAD), (
+        "a member field that changes a result needs its row in CHANGES (its 409 is tested)"
+    )
+    assert set(GroupMeta.model_fields) - {"v"} == set(SHARED) | {"input", "dim"}
+    request_fields = {f.name for f in dataclasses.fields(ReweightRequest)}
+    group_fields = {f.name for f in dataclasses.fields(Group)}
+    assert set(SHARED) - {"group_size"} <= request_fields | group_fields
+    assert {f"{name}s" for name in PAYLOAD} <= group_fields
+
+
+@pytest.mark.parametrize("name", list(CHANGES))
+async def test_a_member_resent_with_another_value_is_a_409_naming_it(
+    assembler: GroupAssembler, name: str
+) -> None:
+    """While its round is open and after it was answered: a member sent again under its id with
+    any field that changes a result changed (its answer too) is a 409 naming that field."""
+    base, change, error = CHANGES[name]
+    g = [dataclasses.replace(m, **base) for m in embedded_group(f"c-{name}", 2, random.Random(8))]
+    first = asyncio.create_task(assembler.submit(g[0]))
+    await waiting(assembler, 1)
+    for when in ("open", "answered"):
+        with pytest.raises(error) as e:
+            await assembler.submit(dataclasses.replace(g[0], **change))
+        assert (e.value.field, e.value.http_status, when) == (name, 409, when)
+        if when == "open":
+            done = [await assembler.submit(g[1]), await first]
+            assert all(r.complete for r in done)
+    assert await assembler.submit(g[0]) == done[1]  # the same member is still a retry
 
 
 async def test_a_short_round_closes_at_the_first_deadline_for_all_its_members(

@@ -27,23 +27,12 @@ import logging
 from ..config import Settings
 from ..engine.checks import check_member
 from ..engine.surface import EngineSurface
-from ..errors import Overloaded, PreconditionFailed, StoreUnavailable
+from ..errors import Conflict, Overloaded, PreconditionFailed, StoreUnavailable
 from ..limits import Limits
-from .machine import Added, Answered, Bounded, Exists, Full, Mismatch
+from .machine import Added, Answered, Bounded, Exists, Full, Mismatch, answered, conflict
 from .pace import Pace
 from .records import Member, RoundResult, encode
-from .round import (
-    CLAIM_TTL_S,
-    GRACE_S,
-    AssemblyStats,
-    Context,
-    Round,
-    answer_of,
-    bounded,
-    differs,
-    mismatch,
-    same_payload,
-)
+from .round import CLAIM_TTL_S, GRACE_S, AssemblyStats, Context, Round, bounded
 from .store import AssemblyStore, stop_if_cancelled
 from .types import MemberResult, MemberSubmission
 
@@ -138,23 +127,32 @@ class GroupAssembler:
             max_timeout_s=s.assembly_max_timeout_s,
         )
         m = encode(checked)
-        size = m.checked.group_size
-        deadline = asyncio.get_running_loop().time() + m.checked.timeout_s
         if self._waiting >= s.assembly_max_held_members:
             raise Overloaded(f"{self._waiting} members are already waiting here; retry later")
+        try:
+            return await self._add(m, sub.reuse_ids)
+        except (Conflict, PreconditionFailed) as e:  # machine.conflict's 409s, and Full's
+            self.stats.refused(e)
+            raise
+
+    async def _add(self, m: Member, reuse_ids: bool) -> MemberResult:
+        """Add m to its group's round and wait for its answer (the store's outcomes, matched
+        in this one place)."""
+        size = m.checked.group_size
+        deadline = asyncio.get_running_loop().time() + m.checked.timeout_s
         ttl = m.checked.timeout_s + GRACE_S + _OPEN_MARGIN_S
         after, seen = -1, None
         while True:  # at most three calls: its own answered round, the latest, the open one
             add = self.store.add(m.gid, m.mid, m.meta, m.record, size, ttl, after)
             match await bounded(self.store, add, deadline):
                 case Answered(round=rnd, result=result):
-                    if m.mid in result.ids and not (sub.reuse_ids and differs(result, m)):
-                        return answer_of(result, m, self.stats)  # a retry, or a 409
+                    if answer := answered(result, m, reuse_ids):  # a retry, or a 409
+                        self.stats.timeouts += 0 if answer.complete else 1
+                        return answer
                     after, seen = rnd, result
                 case Mismatch(meta=meta):
-                    raise mismatch(meta, m, self.stats)
+                    raise conflict(meta, None, m) or AssertionError("a mismatch that fits")
                 case Full(count=count):
-                    self.stats.conflicts += 1
                     self.stats.size_mismatch["full"] += 1
                     raise PreconditionFailed(
                         f"group {m.gid!r} already has its {count} members, none of them "
@@ -164,7 +162,8 @@ class GroupAssembler:
                 case Bounded(bound=bound):
                     raise Overloaded(f"too many {bound} held for assembly; retry later")
                 case Exists(round=rnd, count=count, record=record):
-                    same_payload(record.reward, record.digest, m, self.stats)
+                    if error := conflict(m.meta, (record.reward, record.digests), m):
+                        raise error
                     return await self._wait(m, rnd, count, deadline)
                 case Added(round=rnd, count=count):
                     if seen is not None:
@@ -195,3 +194,4 @@ class GroupAssembler:
             "their siblings' timeout_s, do this",
             m.mid, m.gid, result.round, state, len(result.ids), result.meta.group_size, rnd,
         )  # fmt: skip
+

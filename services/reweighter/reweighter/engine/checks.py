@@ -19,7 +19,7 @@ from pydantic import BaseModel, ValidationError
 
 from ..errors import InvalidInput, LimitExceeded
 from ..limits import Limits
-from ..methods import get_method
+from ..methods import MethodSpec, get_method
 from ..methods.params import NoAdvantageParams, PassAtKParams
 from ..types import AdvantageKind, MemberSubmission, ReweightRequest, parse_name
 
@@ -76,13 +76,35 @@ def check_texts(texts: Sequence[str], limits: Limits) -> None:
     _within(chars, limits.max_chars, "characters", "inputs")
 
 
+@dataclass(frozen=True)
+class _Settings:
+    """The settings a request and a group member name alike (method, params, advantages,
+    advantage_params, step), checked by one function for both."""
+
+    spec: MethodSpec
+    params: BaseModel
+    kind: AdvantageKind
+    adv_params: BaseModel
+    step: int | None
+
+    @property
+    def memory(self) -> bool:
+        return "memory" in self.spec.needs
+
+
+def _check_settings(message: ReweightRequest | MemberSubmission) -> _Settings:
+    spec = get_method(message.method)
+    params = _check_params(spec.name, spec.params_model, message.params)
+    kind = parse_name(AdvantageKind, message.advantages, "advantages", "advantage kind")
+    adv_params = check_advantage_params(kind, message.advantage_params, spec.name)
+    step = _check_step(message.step, required="memory" in spec.needs, method=spec.name)
+    return _Settings(spec, params, kind, adv_params, step)
+
+
 def check_request(request: ReweightRequest, limits: Limits) -> Checked:
-    spec = get_method(request.method)
-    params = _check_params(spec.name, spec.params_model, request.params)
-    kind = parse_name(AdvantageKind, request.advantages, "advantages", "advantage kind")
-    adv_params = check_advantage_params(kind, request.advantage_params, spec.name)
-    memory = "memory" in spec.needs
-    step = _check_step(request.step, required=memory, method=spec.name)
+    settings = _check_settings(request)
+    spec, params, kind = settings.spec, settings.params, settings.kind
+    adv_params, memory, step = settings.adv_params, settings.memory, settings.step
 
     groups = request.groups
     if not groups:
@@ -286,17 +308,14 @@ def check_member(
         raise InvalidInput("must be a number of seconds", field="timeout_s")
     if not math.isfinite(timeout) or timeout <= 0:
         raise InvalidInput("must be a positive number of seconds", field="timeout_s")
-    spec = get_method(member.method)
-    params = _check_params(spec.name, spec.params_model, member.params)
-    kind = parse_name(AdvantageKind, member.advantages, "advantages", "advantage kind")
-    adv_params = check_advantage_params(kind, member.advantage_params, spec.name)
+    settings = _check_settings(member)
+    spec, params, kind = settings.spec, settings.params, settings.kind
+    adv_params, memory, step = settings.adv_params, settings.memory, settings.step
     if isinstance(adv_params, PassAtKParams) and adv_params.k > size:
         raise InvalidInput(
             f"k = {adv_params.k} exceeds the group_size {size}; pass@k needs k <= n",
             field="advantage_params.k",
         )
-    memory = "memory" in spec.needs
-    step = _check_step(member.step, required=memory, method=spec.name)
     prompt_key = _check_prompt_key(member.prompt_key, "prompt_key")
     if memory and prompt_key is None:
         raise InvalidInput(
