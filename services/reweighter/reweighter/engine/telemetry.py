@@ -1,6 +1,7 @@
 """Collapse telemetry: per-group diversity figures the engine keeps for the metrics to drain.
 
-Every reweighted group adds its `stats.effective_size`, and `distinct_answers` / `classes` when
+Every reweighted group adds its `stats.effective_size`, its `mean_similarity`, its `lambda`
+(MMR), and `distinct_answers` / `classes` when
 it has them; every request with advantages adds the share of its groups whose advantages are
 all zero (no learning signal: all-equal rewards, or a saturated pass@k). The metrics layer
 (api/metrics.py) turns them into Prometheus histograms at scrape time, as it does the encoder's
@@ -29,6 +30,8 @@ class GroupTelemetry:
     classes: deque[float] = field(default_factory=_held)
     effective_size: deque[float] = field(default_factory=_held)
     zero_advantage_share: deque[float] = field(default_factory=_held)
+    mean_similarity: deque[float] = field(default_factory=_held)
+    lambda_: deque[float] = field(default_factory=_held)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def record(self, result: ReweightResult) -> None:
@@ -37,6 +40,9 @@ class GroupTelemetry:
             with_adv = 0
             for g in result.groups:
                 s = g.stats
+                self.mean_similarity.append(s.mean_similarity)
+                if s.lambda_ is not None:
+                    self.lambda_.append(s.lambda_)
                 if s.effective_size is not None:
                     self.effective_size.append(s.effective_size)
                 if s.distinct_answers is not None:
@@ -53,7 +59,8 @@ class GroupTelemetry:
         """Everything recorded since the last drain, by figure name; empties the buffers."""
         with self._lock:
             out = {}
-            for name in ("distinct_answers", "classes", "effective_size", "zero_advantage_share"):
+            names = ("distinct_answers", "classes", "effective_size", "zero_advantage_share")
+            for name in (*names, "mean_similarity", "lambda_"):
                 buf: deque[float] = getattr(self, name)
                 out[name] = list(buf)
                 buf.clear()
