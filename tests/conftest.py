@@ -32,10 +32,10 @@ os.environ.setdefault("REWEIGHTER_COMPILE", "off")
 # `bash scripts/test.sh --fast` is `pytest -m "not slow"`. A test is marked by a kind that says
 # why it is slow; every kind implies `slow`. Fixtures that make a test slow mark it here, so a new
 # test that uses one is marked without anyone remembering to.
-KINDS = ("server", "docker", "vllm", "trainer", "venv", "process")
+KINDS = ("server", "docker", "vllm", "trainer", "venv", "process", "browser")
 FIXTURE_KINDS = {
-    "keyed": "server",  # tests/hardening: a `reweighter serve` child with limits and a key
-    "private_redis": "server",  # tests/hardening's services run on it
+    "browser": "browser",  # tests/service/test_dashboard.py: headless Chromium via Selenium
+    "private_redis": "server",  # tests/hardening: its `reweighter serve` children use it
     "reweighter_service": "server",  # tests/trainer: a `reweighter serve` child
     "int8_url": "server",  # tests/service/test_precision.py: `reweighter serve --precision int8`
     "run_cli": "trainer",  # reweighter-train on the smoke config
@@ -77,7 +77,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
         report.longrepr = (
             f"{item.nodeid} took {report.duration:.1f} s without a slow marker (the limit for "
             f"an unmarked test is {UNMARKED_LIMIT_S:g} s): mark it slow, or with the kind that "
-            "says why (pyproject's markers: server, docker, vllm, trainer, venv, process), or "
+            f"says why (pyproject's markers: {', '.join(KINDS)}), or "
             "make it faster"
         )
 

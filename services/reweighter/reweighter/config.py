@@ -109,6 +109,9 @@ class Settings(BaseSettings):
         description="characters in one request, all completions (~1M tokens: minutes of CPU "
         "encoding, served in slices between other requests; docs/operations.md)",
     )
+    dashboard_steps: int = Field(
+        500, ge=1, description="steps per training job the dashboard keeps (GET /dashboard)"
+    )
     # group assembly: members of a group sent one at a time (docs/integrations.md)
     assembly_timeout_s: float = Field(
         300.0, description="how long a member waits for its group unless it asks otherwise"

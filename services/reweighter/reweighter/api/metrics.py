@@ -44,6 +44,16 @@ _GROUP_FIGURES = {
         "per group: n^2 / sum_ij max(0, s_ij), 1 for identical completions, n for orthogonal",
         _GROUP_BUCKETS,
     ),
+    "mean_similarity": (
+        "reweighter_group_mean_similarity",
+        "per group: mean cosine similarity over distinct pairs of its completions",
+        _SHARE_BUCKETS,
+    ),
+    "lambda_": (
+        "reweighter_group_lambda",
+        "per MMR group: the relevance/diversity trade-off lambda it used",
+        _SHARE_BUCKETS,
+    ),
     "zero_advantage_share": (
         "reweighter_zero_advantage_share",
         "per request with advantages: the share of its groups whose advantages are all 0",

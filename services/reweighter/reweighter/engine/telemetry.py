@@ -1,6 +1,7 @@
 """Collapse telemetry: per-group diversity figures the engine keeps for the metrics to drain.
 
-Every reweighted group adds its `stats.effective_size`, and `distinct_answers` / `classes` when
+Every reweighted group adds its `stats.effective_size`, its `mean_similarity`, its `lambda`
+(MMR), and `distinct_answers` / `classes` when
 it has them; every request with advantages adds the share of its groups whose advantages are
 all zero (no learning signal: all-equal rewards, or a saturated pass@k). The metrics layer
 (api/metrics.py) turns them into Prometheus histograms at scrape time, as it does the encoder's
@@ -32,6 +33,8 @@ class GroupTelemetry:
     zero_advantage_share: deque[float] = field(default_factory=_held)
     by_tenant: deque[tuple[str, str, float]] = field(default_factory=lambda: deque(maxlen=MAX_HELD))
     """(tenant, figure, value) of tenants other than "default": the per-tenant histograms."""
+    mean_similarity: deque[float] = field(default_factory=_held)
+    lambda_: deque[float] = field(default_factory=_held)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def record(self, result: ReweightResult) -> None:
@@ -42,7 +45,9 @@ class GroupTelemetry:
             with_adv = 0
             for g in result.groups:
                 s = g.stats
-                for name in ("effective_size", "distinct_answers", "classes"):
+                for name in (
+                    "mean_similarity", "lambda_", "effective_size", "distinct_answers", "classes"
+                ):
                     value = getattr(s, name)
                     if value is not None:
                         getattr(self, name).append(value)
@@ -67,7 +72,8 @@ class GroupTelemetry:
         """Everything recorded since the last drain, by figure name; empties the buffers."""
         with self._lock:
             out = {}
-            for name in ("distinct_answers", "classes", "effective_size", "zero_advantage_share"):
+            names = ("distinct_answers", "classes", "effective_size", "zero_advantage_share")
+            for name in (*names, "mean_similarity", "lambda_"):
                 buf: deque[float] = getattr(self, name)
                 out[name] = list(buf)
                 buf.clear()

@@ -37,6 +37,7 @@ from ...wire.http import (
     to_engine,
 )
 from ..metrics import Metrics
+from .dashboard import build_dashboard_data, build_dashboard_page
 from .openai import build_openai_router
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -132,9 +133,11 @@ def build_router(
             return answer(await assembler.submit(sub))  # type: ignore[return-value]
 
     api.include_router(build_openai_router(engine, settings, metrics))
+    api.include_router(build_dashboard_data(engine, metrics))
 
     router = APIRouter()
     router.include_router(health)
+    router.include_router(build_dashboard_page())
     router.include_router(api)
     return router
 
