@@ -24,6 +24,7 @@ from reweighter.tenancy import digest
 from reweighter.types import Group, ReweightRequest
 
 KEYS = {"team-a": "key-team-a-0001", "team-b": "key-team-b-0002", "tiny": "key-tiny-00003"}
+TOKENS = {"team-a": "url-token-team-a", "team-b": "url-token-team-b"}
 
 
 def tenants_file(path: Path) -> Path:
@@ -31,9 +32,11 @@ def tenants_file(path: Path) -> Path:
         json.dumps(
             {
                 "tenants": [
-                    {"name": "team-a", "key": KEYS["team-a"], "weight": 2},
+                    {"name": "team-a", "key": KEYS["team-a"], "weight": 2,
+                     "openrlhf_token": TOKENS["team-a"]},
                     # a file that must not hold the secret: its digest
-                    {"name": "team-b", "key_sha256": digest(KEYS["team-b"])},
+                    {"name": "team-b", "key_sha256": digest(KEYS["team-b"]),
+                     "openrlhf_token_sha256": digest(TOKENS["team-b"])},
                     {"name": "tiny", "key": KEYS["tiny"], "max_queued": 1},
                 ]
             }
@@ -131,6 +134,28 @@ def test_same_group_id_two_tenants_are_isolated(served: BackgroundService) -> No
         keys = [k.decode() for k in client.scan_iter(match=f"{served.redis_prefix}*")]
         assert any(f"team-a:{gid}" in k for k in keys), keys
         assert any(f"team-b:{gid}" in k for k in keys), keys
+
+
+def test_openrlhf_rounds_of_one_prompt_are_per_tenant(served: BackgroundService) -> None:
+    """Two OpenRLHF jobs (each named by its URL token) send the same prompt's 2 samples at
+    once: each job's round is whole and its own (shared, 4 samples of n=2 would mix)."""
+    prompt = f"What is 2 + 2? ({uuid.uuid4().hex[:6]}) "
+    body = {"query": [prompt + "The answer is 4.", prompt + "It is 5."],
+            "prompts": [prompt, prompt], "labels": ["4", "4"]}  # fmt: skip
+
+    async def run() -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=served.http_url, timeout=60) as c:
+            return await asyncio.gather(*(
+                c.post(f"/v1/openrlhf/{TOKENS[t]}/reward?n=2", json=body) for t in TOKENS
+            ))  # fmt: skip
+
+    for answer in asyncio.run(run()):
+        assert answer.status_code == 200, answer.text
+        out = answer.json()
+        assert out["scores"] == [1.0, 0.0]
+        assert out["extra_logs"]["reweighted"] == [1.0, 1.0], out
+    wrong = httpx.post(f"{served.http_url}/v1/openrlhf/not-a-token/reward?n=2", json=body)
+    assert wrong.status_code == 401
 
 
 def test_same_prompt_key_two_tenants_have_their_own_memory(served: BackgroundService) -> None:
