@@ -535,6 +535,7 @@ def openrlhf_parse(flags: list[str], cwd: Path) -> subprocess.CompletedProcess[s
                           capture_output=True, text=True, timeout=120)  # fmt: skip
 
 
+@pytest.mark.process
 async def test_documented_command_runs_through_openrlhfs_parser(keyed, engine, tokenizer,
                                                                 tmp_path) -> None:
     argv = argv_of(documented_command(), REWEIGHTER_OPENRLHF_TOKEN=TOKEN)

@@ -37,6 +37,7 @@ from ...wire.http import (
     to_engine,
 )
 from ..metrics import Metrics
+from .connections import probe_answer
 from .dashboard import build_dashboard_data, build_dashboard_page
 from .openai import build_openai_router
 
@@ -78,19 +79,21 @@ def build_router(
     health = APIRouter(tags=["health"])
     api = APIRouter(prefix="/v1", dependencies=[Depends(require_key)], responses=ERROR_RESPONSES)
 
+    def probe(path: str, response: Response) -> StatusOut:
+        code, state, headers = probe_answer(path, engine.ready)
+        response.status_code = code
+        response.headers.update(headers)
+        return StatusOut(status=state)
+
     @health.get("/healthz", response_model=StatusOut)
-    async def healthz() -> StatusOut:
+    async def healthz(response: Response) -> StatusOut:
         """The process is alive (it may still be loading the model)."""
-        return StatusOut(status="ok")
+        return probe("/healthz", response)
 
     @health.get("/readyz", response_model=StatusOut, responses={503: {"model": StatusOut}})
     async def readyz(response: Response) -> StatusOut:
         """200 once the model is loaded; 503 before (route traffic only when ready)."""
-        if engine.ready:
-            return StatusOut(status="ready")
-        response.status_code = 503
-        response.headers["Retry-After"] = "1"
-        return StatusOut(status="loading")
+        return probe("/readyz", response)
 
     @health.get("/metrics", response_class=Response)
     async def prometheus() -> Response:
