@@ -3,8 +3,8 @@
 `plan(pending, budget)` reads the pending requests (their texts' pieces and how far each text
 has been scheduled) and returns the round as typed ranges; it changes nothing. The batcher's
 worker applies the round (advances the cursors, marks who was served) and runs it. Why apart:
-the rule is the product's fairness promise (DESIGN principle 5), so it is tested here without
-threads, models or clocks (tests/unit/test_plan.py), as infinity keeps its
+the rule is the product's fairness promise (no client can starve another), so it is tested
+here without threads, models or clocks (tests/unit/test_plan.py), as infinity keeps its
 `pop_optimal_batches` apart from its worker.
 
 The rule. A round is bounded by `budget.batch` (rows x longest piece, as a forward pass is).
