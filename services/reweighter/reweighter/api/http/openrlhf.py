@@ -40,6 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ...assembly import GroupAssembler, MemberReason, MemberResult, MemberSubmission
 from ...config import OpenRLHFSettings
 from ...errors import InvalidInput, NotReady, Unauthenticated
+from ...tenancy import Tenant, Tenants, current_tenant
 from ...types import DEFAULT_METHOD
 from ...verify import Verifier, response_of
 from ...verify.math_answers import canonical_answer, math_verifier
@@ -136,6 +137,21 @@ def is_token_path(path: str, token: str | None) -> bool:
     return True
 
 
+def token_tenant(path: str, token: str | None, tenants: Tenants) -> bool | Tenant:
+    """`is_token_path` with tenants: with a tenants file, the URL's token is a tenant's
+    `openrlhf_token` and names its tenant; without one, the service's --openrlhf-token."""
+    table = tenants.table
+    if not table.configured:
+        return is_token_path(path, token)
+    match = TOKEN_PATH.match(path)
+    if match is None:
+        return False
+    tenant = table.resolve_token(match["token"])
+    if tenant is None:
+        raise Unauthenticated("wrong OpenRLHF token in the URL (no tenant has it)")
+    return tenant
+
+
 def build_openrlhf_router(
     settings: OpenRLHFSettings,
     metrics: Metrics,
@@ -156,11 +172,20 @@ def build_openrlhf_router(
         )
     stats = OpenRLHFStats()
     metrics.registry.register(_StatsCollector(stats))
-    rounds = Rounds("openrlhf", burst_s=settings.timeout_s, late_s=late_s)
+    # Each tenant's prompts have their own rounds and their own wrong-n state (tenants are the
+    # file's, so this holds at most one entry per tenant): two jobs on one prompt never meet.
+    per_tenant: dict[str, tuple[Rounds, dict[int, asyncio.Event]]] = {}
+
+    def state() -> tuple[Rounds, dict[int, asyncio.Event]]:
+        t = current_tenant()
+        if t not in per_tenant:
+            per_tenant[t] = (Rounds("openrlhf", burst_s=settings.timeout_s, late_s=late_s), {})
+        return per_tenant[t]
+
     close = getattr(verifier, "aclose", None)
     router = APIRouter(tags=["openrlhf"], on_shutdown=[close] if close else None)
 
-    wrong_now: dict[int, asyncio.Event] = {}  # n -> set once a surplus shows n is wrong
+    # wrong_now (per tenant, in `state`): n -> set once a surplus shows n is wrong
 
     def raw(seat_or_none: Seat | None, reward: float, rnd: int) -> MemberResult:
         gid, mid = (seat_or_none.group_id, seat_or_none.member_id) if seat_or_none else ("", "")
@@ -170,6 +195,7 @@ def build_openrlhf_router(
         )  # fmt: skip
 
     def shown_wrong(size: int) -> None:
+        rounds, wrong_now = state()
         event = wrong_now.setdefault(size, asyncio.Event())
         if not event.is_set():
             event.set()
@@ -190,6 +216,7 @@ def build_openrlhf_router(
             return None, ""
         if assembler is None:
             raise NotReady("group assembly is not running in this service")
+        rounds, wrong_now = state()  # the caller's tenant's
         if size in rounds.wrong:
             stats.wrong_n += 1
             return raw(None, reward, -1), "wrong_n"
@@ -231,7 +258,7 @@ def build_openrlhf_router(
 
     def _leave(seat: Seat, result: MemberResult | None, size: int) -> None:
         members = result.members if result is not None and not result.complete else size
-        short = rounds.leave(seat, answered=result is not None, members=members, n=size)
+        short = state()[0].leave(seat, answered=result is not None, members=members, n=size)
         if short is not None:
             stats.short_rounds += 1
             stats.surplus_rounds += short.after_full_round

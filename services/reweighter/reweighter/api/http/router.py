@@ -22,6 +22,7 @@ from ...assembly import GroupAssembler
 from ...config import Settings
 from ...engine.surface import EngineSurface
 from ...errors import NotReady
+from ...tenancy import Tenants, current_tenant, single_key
 from ...types import EngineInfo
 from ...wire.calls import CALLS, Call
 from ...wire.http import (
@@ -35,7 +36,6 @@ from ...wire.http import (
     model,
     to_engine,
 )
-from ..auth import check_bearer
 from ..metrics import Metrics
 from .connections import probe_answer
 from .dashboard import build_dashboard_data, build_dashboard_page
@@ -68,9 +68,13 @@ def build_router(
     settings: Settings,
     metrics: Metrics,
     assembler: GroupAssembler | None = None,
+    tenants: Tenants | None = None,
 ) -> APIRouter:
+    who = tenants if tenants is not None else Tenants(single_key(settings.api_key))
+
     def require_key(request: Request) -> None:
-        check_bearer(request.headers.get("authorization"), settings.api_key)
+        # The middleware resolved the tenant already; this is the routes' own guard.
+        who.table.resolve_bearer(request.headers.get("authorization"))
 
     health = APIRouter(tags=["health"])
     api = APIRouter(prefix="/v1", dependencies=[Depends(require_key)], responses=ERROR_RESPONSES)
@@ -97,9 +101,10 @@ def build_router(
 
     @api.get("/info", response_model=EngineInfo)
     async def info() -> EngineInfo:
-        """Model, dimension, device, methods and their parameter schemas, limits, version."""
+        """Model, dimension, device, methods and their parameter schemas, limits, version, and
+        the caller's tenant."""
         with metrics.track("http", "info"):
-            return engine.info()
+            return {**engine.info(), "tenant": current_tenant()}
 
     for call in CALLS.values():
         api.add_api_route(
