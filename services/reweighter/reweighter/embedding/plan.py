@@ -13,8 +13,9 @@ is left, else its longest next piece. The rest of the round is filled, one piece
 with whichever pending piece pads least against it (older requests first among equals); when
 everything pending then fits within `Budget.fits_with_tail`, the round takes it all.
 
-Tenants (reweighter.tenancy; DESIGN principle 5): with requests of several tenants pending, the
-tenants share the encoder by weight first, then a tenant's requests share its part as above.
+Tenants (reweighter.tenancy; no job can starve another): with requests of several tenants
+pending, the tenants share the encoder by weight first, then a tenant's requests share its part
+as above.
 The worker keeps each active tenant's virtual time (tokens it was served / its weight, a
 tenant that becomes active starting at the least of the others', as in start-time fair
 queueing) and passes it in as `shares`. The tenant with the least virtual time anchors the
