@@ -35,8 +35,7 @@ os.environ.setdefault("REWEIGHTER_COMPILE", "off")
 KINDS = ("server", "docker", "vllm", "trainer", "venv", "process", "browser")
 FIXTURE_KINDS = {
     "browser": "browser",  # tests/service/test_dashboard.py: headless Chromium via Selenium
-    "keyed": "server",  # tests/hardening: a `reweighter serve` child with limits and a key
-    "private_redis": "server",  # tests/hardening's services run on it
+    "private_redis": "server",  # tests/hardening: its `reweighter serve` children use it
     "reweighter_service": "server",  # tests/trainer: a `reweighter serve` child
     "int8_url": "server",  # tests/service/test_precision.py: `reweighter serve --precision int8`
     "run_cli": "trainer",  # reweighter-train on the smoke config

@@ -21,11 +21,11 @@ import pytest
 
 
 @pytest.fixture
-def keyed():  # the name of tests/hardening's `reweighter serve` fixture: a server test
+def private_redis():  # the name of tests/hardening's Redis of its `reweighter serve` children
     return 1
 
 
-def test_uses_a_server(keyed):
+def test_uses_a_server(private_redis):
     pass
 
 

@@ -611,6 +611,7 @@ async def test_members_carry_step_prompt_key_and_advantage_params(
     assert (await held).complete
 
 
+@pytest.mark.slow
 async def test_ten_thousand_members_wait_without_threads(engine: ReweightEngine) -> None:
     """A verl step has batch x n members in flight: they must cost futures, not threads. A
     property of the assembler's waiting, not of a store: run on the in-process one (the Redis

@@ -272,6 +272,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.process
 def test_trl_answers_snippet_word_for_word(tmp_path: Path, service) -> None:
     pytest.importorskip("trl")
     import uuid

@@ -19,7 +19,7 @@ from reweighter.embedding import aot
 from reweighter.embedding.sentence_transformers import SentenceTransformerEncoder
 from reweighter.embedding.tiny import build_tiny_encoder
 
-# Each test builds (or loads) a package through `python -m reweighter.embedding.aot`.
+# Each test builds (or loads) a package through `python -m reweighter.embedding.aot_child`.
 pytestmark = pytest.mark.process
 
 TEXTS = ["x", "Step 1: 3 + 4 = 7.", "Step 2: 7 x 6 = 42, so the answer is 42. " * 12,

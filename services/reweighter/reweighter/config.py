@@ -178,6 +178,11 @@ class Settings(BaseSettings):
     api_key: str | None = Field(
         None, validation_alias=AliasChoices("REWEIGHTER_API_KEY", "api_key")
     )
+    tenants: str | None = Field(
+        None,
+        description="tenants file (JSON or YAML): one service for many training jobs, each "
+        "with its key, weight and max_queued (docs/operations.md); reloaded on SIGHUP",
+    )
     log_level: str = Field("info", description="debug | info | warning | error")
 
     @property

@@ -109,6 +109,11 @@ class MemoryUnavailable(ReweighterError, status=(503, "UNAVAILABLE")):
     (outcome_ucb) answers nothing rather than counts from an empty memory; clients retry."""
 
 
+class DeadlineExceeded(ReweighterError, status=(504, "DEADLINE_EXCEEDED")):
+    """The request's deadline (gRPC's, or the HTTP `x-request-timeout` header) passed, or its
+    client went away, before it was computed: dropped unserved and counted."""
+
+
 # -- client side -----------------------------------------------------------------------------
 
 

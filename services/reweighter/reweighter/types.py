@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields
 from enum import StrEnum
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, NotRequired, TypeVar
 
 from typing_extensions import TypedDict  # pydantic (FastAPI's response_model) needs it on 3.11
 
@@ -348,3 +348,5 @@ class EngineInfo(TypedDict):
     methods: dict[str, MethodInfo]
     advantages: list[str]
     limits: dict[str, int]
+    tenant: NotRequired[str]
+    """The caller's tenant (transports add it; reweighter.tenancy)."""

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal, Self
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..errors import StoreUnavailable
+from ..tenancy import DEFAULT_TENANT, current_tenant, scoped
 from ..types import GroupStats, member_fields
 from .types import MemberReason, MemberResult
 
@@ -180,10 +181,19 @@ class Member:
     """Its round's meta: what every member must share."""
     record: MemberRecord
     """Compared by digest on a retry."""
+    tenant: str = DEFAULT_TENANT
+    """Whose member it is: its group lives in that tenant's namespace of the store."""
 
     @property
     def gid(self) -> str:
+        """The group id as its sender named it (in messages and answers)."""
         return self.checked.group_id
+
+    @property
+    def key(self) -> str:
+        """The group's key in the store: the id in its tenant's namespace, so two tenants
+        using one group id never meet (reweighter.tenancy.scoped)."""
+        return scoped(self.checked.group_id, self.tenant)
 
     @property
     def mid(self) -> str:
@@ -204,9 +214,10 @@ def _digest(value: str | bytes) -> str:
     return hashlib.sha256(value.encode("utf-8") if isinstance(value, str) else value).hexdigest()
 
 
-def encode(c: CheckedMember) -> Member:
+def encode(c: CheckedMember, tenant: str | None = None) -> Member:
     """A checked member with its records: the meta from its SHARED fields, the record from its
-    PAYLOAD (each given field digested, so none can change unseen)."""
+    PAYLOAD (each given field digested, so none can change unseen), in `tenant`'s namespace
+    (default: the caller's)."""
     payload: dict[str, Any] = {name: getattr(c, name) for name in PAYLOAD}
     digests: dict[str, str] = {}
     for name, given in payload.items():
@@ -222,7 +233,7 @@ def encode(c: CheckedMember) -> Member:
         value, kind, dim = c.embedding.tolist(), "embedding", int(c.embedding.shape[0])
     meta = GroupMeta(**{name: _stored(getattr(c, name)) for name in SHARED}, input=kind, dim=dim)
     record = MemberRecord(reward=c.reward, digests=digests, value=value, answer=c.answer)
-    return Member(c, meta, record)
+    return Member(c, meta, record, current_tenant() if tenant is None else tenant)
 
 
 __all__ = [

@@ -244,7 +244,7 @@ class Round:
         short), else this member's own raw answer."""
         store = self.ctx.store
         try:
-            result, count = await bounded(store, store.poll(m.gid, self.rnd), answer_by)
+            result, count = await bounded(store, store.poll(m.key, self.rnd), answer_by)
             if result is None and count < self.size:
                 result = await self._close_short(m, answer_by)
             if result is None and count < self.size:  # claimed elsewhere: closing, most likely
@@ -253,7 +253,7 @@ class Round:
                         result = await asyncio.shield(self.done)
             if result is not None:
                 return self._answer(result, m)
-            group = await bounded(store, store.members(m.gid), answer_by)
+            group = await bounded(store, store.members(m.key), answer_by)
             present = dict(self.local)
             if group is not None and group.round == self.rnd:
                 present = {mid: rec.reward for mid, rec in group.members.items()}
@@ -266,20 +266,20 @@ class Round:
     async def _close_short(self, m: Member, by: float) -> RoundResult | None:
         """Close the round as it is (short), unless someone else holds it or it became whole."""
         store, token = self.ctx.store, self.ctx.token()
-        if not await bounded(store, store.claim(m.gid, token, self.ctx.claim_ttl_s), by):
+        if not await bounded(store, store.claim(m.key, token, self.ctx.claim_ttl_s), by):
             return None
         try:
             for _ in range(3):  # a member may arrive between the read and the close
-                group = await bounded(store, store.members(m.gid), by)
+                group = await bounded(store, store.members(m.key), by)
                 if group is None or group.round != self.rnd or len(group.members) >= self.size:
                     return None  # gone, or whole after all: the watcher computes it
-                stored = await bounded(store, store.finish(m.gid, _short_result(group)), by)
+                stored = await bounded(store, store.finish(m.key, _short_result(group)), by)
                 if stored is not None:
                     return stored
             return None
         finally:
             with contextlib.suppress(Exception):
-                await store.release(m.gid, token)
+                await store.release(m.key, token)
 
     def _raw_answer(
         self, m: Member, present: dict[str, float], reason: MemberReason

@@ -5,9 +5,9 @@ interpreter the eager path needs to feed the GPU: on a lent H200 the service ser
 `encode(32)` for the ~35 s its compile took (BENCHMARKS.md, GPU rows), and every restart paid
 the compile again. Here the transformer is exported (`torch.export`, dynamic batch and sequence
 length) and compiled by AOTInductor into one `.pt2` package **in a child process**
-(`python -m reweighter.embedding.aot`), while the server keeps serving eager at full speed; the
-package then loads in ~0.1 s and is swapped in. A restart with the same key loads it before
-ready: no slow window, no compile.
+(`python -m reweighter.embedding.aot_child`), while the server keeps serving eager at full
+speed; the package then loads in ~0.1 s and is swapped in. A restart with the same key loads it
+before ready: no slow window, no compile.
 
 The key (`ArtefactKey`) names everything the package depends on: the model id and a digest of
 its weights, the torch version, the device (CUDA name, capability and CUDA version; or the CPU
@@ -19,7 +19,6 @@ damaged, and is rebuilt, never loaded.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import hashlib
 import json
@@ -187,7 +186,7 @@ def load(cache_dir: Path, key: ArtefactKey, device: str) -> Callable[..., Any]:
 def build_in_child(options: dict[str, Any], cache_dir: Path, timeout: float = 1800.0) -> None:
     """Build the package in a child process (the server's interpreter stays free for the eager
     path); raises with the child's last output when it fails."""
-    cmd = [sys.executable, "-m", "reweighter.embedding.aot", "--cache-dir", str(cache_dir),
+    cmd = [sys.executable, "-m", "reweighter.embedding.aot_child", "--cache-dir", str(cache_dir),
            "--options", json.dumps(options)]  # fmt: skip
     t0 = time.monotonic()
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
@@ -196,25 +195,3 @@ def build_in_child(options: dict[str, Any], cache_dir: Path, timeout: float = 18
             f"compiling the encoder failed (exit {done.returncode}): {done.stderr[-2000:]}"
         )
     log.info("compiled encoder built in a child process in %.1f s", time.monotonic() - t0)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """The child: load the encoder as the server did (compile off) and build its package."""
-    ap = argparse.ArgumentParser(prog="python -m reweighter.embedding.aot")
-    ap.add_argument("--cache-dir", required=True)
-    ap.add_argument("--options", required=True, help="the encoder's options as JSON")
-    args = ap.parse_args(argv)
-    from reweighter.embedding.sentence_transformers import SentenceTransformerEncoder
-
-    options = json.loads(args.options)
-    enc = SentenceTransformerEncoder(**options, compile="off")
-    cache_dir = Path(args.cache_dir)
-    key = enc.artefact_key()
-    if not valid(cache_dir, key):
-        build(enc.model[0].auto_model, key, cache_dir, enc.device)
-    print(paths(cache_dir, key)[0])
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -23,6 +23,7 @@ from ..errors import NotReady
 from ..limits import Limits
 from ..memory import AnswerMemory, build_memory
 from ..methods import CATALOG
+from ..tenancy import scoped
 from ..timings import current as current_timings
 from ..types import (
     AdvantageKind,
@@ -203,7 +204,9 @@ class ReweightEngine:
         items = []
         for key, answers in zip(checked.prompt_keys, checked.answers, strict=True):
             assert key is not None and answers is not None
-            items.append((key, checked.step, [a for a in answers if a is not None]))
+            # each tenant's prompt keys are its own (reweighter.tenancy): a job training on
+            # another's prompts never sees its answer counts
+            items.append((scoped(key), checked.step, [a for a in answers if a is not None]))
         seen = self.memory.observe_many(items)
         return [
             [-1 if a is None else seen_g[a] for a in answers or []]

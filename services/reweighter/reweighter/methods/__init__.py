@@ -1,4 +1,5 @@
-"""The math: DRA and MMR reweighting and advantage estimators, as pure batched torch functions.
+"""The math: the reweighting methods of the catalogue (`catalog.py`: dra, mmr, darling,
+outcome_ucb, none) and the advantage estimators, as pure batched torch functions.
 
 No I/O, no globals, no model loading: rewards [G] or [B, G], embeddings [G, D] or [B, G, D] (or
 similarities [B, G, G]), an optional boolean mask [B, G] for ragged groups, any device.
