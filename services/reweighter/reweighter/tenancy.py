@@ -1,4 +1,5 @@
-"""Tenants: one service shared by many training jobs (DESIGN principles 5 and 12).
+"""Tenants: one service shared by many training jobs (none can starve another, and everything a
+job can name is its own).
 
 A tenant is a training job (or a team): a name, a key its requests carry as today's API key,
 a weight (its share of the encoder when several tenants have work) and a bound on the requests

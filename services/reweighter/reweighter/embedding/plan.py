@@ -3,8 +3,8 @@
 `plan(pending, budget)` reads the pending requests (their texts' pieces and how far each text
 has been scheduled) and returns the round as typed ranges; it changes nothing. The batcher's
 worker applies the round (advances the cursors, marks who was served) and runs it. Why apart:
-the rule is the product's fairness promise (DESIGN principle 5), so it is tested here without
-threads, models or clocks (tests/unit/test_plan.py), as infinity keeps its
+the rule is the product's fairness promise (no client can starve another), so it is tested
+here without threads, models or clocks (tests/unit/test_plan.py), as infinity keeps its
 `pop_optimal_batches` apart from its worker.
 
 The rule. A round is bounded by `budget.batch` (rows x longest piece, as a forward pass is).
@@ -13,8 +13,9 @@ is left, else its longest next piece. The rest of the round is filled, one piece
 with whichever pending piece pads least against it (older requests first among equals); when
 everything pending then fits within `Budget.fits_with_tail`, the round takes it all.
 
-Tenants (reweighter.tenancy; DESIGN principle 5): with requests of several tenants pending, the
-tenants share the encoder by weight first, then a tenant's requests share its part as above.
+Tenants (reweighter.tenancy; no job can starve another): with requests of several tenants
+pending, the tenants share the encoder by weight first, then a tenant's requests share its part
+as above.
 The worker keeps each active tenant's virtual time (tokens it was served / its weight, a
 tenant that becomes active starting at the least of the others', as in start-time fair
 queueing) and passes it in as `shares`. The tenant with the least virtual time anchors the
