@@ -34,7 +34,9 @@ DEFAULT_METHOD = Method.DRA
 
 
 class AdvantageKind(StrEnum):
-    """Group-relative advantage estimators computed after reweighting (methods/advantages.py)."""
+    """The built-in advantage estimators, as typed constants. The set the service accepts is
+    their catalogue (reweighter.methods.estimators), which lists these and any added one: code
+    judges a name against the catalogue, never against this enum."""
 
     GRPO = "grpo"
     DR_GRPO = "dr_grpo"

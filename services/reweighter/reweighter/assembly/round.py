@@ -27,7 +27,7 @@ import torch
 from ..engine.surface import EngineSurface
 from ..errors import Conflict, InvalidInput, LimitExceeded, PreconditionFailed, StoreUnavailable
 from ..methods import advantages as advantage_estimator
-from ..methods.params import PassAtKParams
+from ..methods.estimators import get_estimator
 from ..types import AdvantageKind, Group, ReweightRequest
 from .machine import answer_of
 from .pace import Pace
@@ -333,16 +333,17 @@ def raw_advantages(
     raw: Sequence[float], kind: str, params: Mapping[str, Any] | None = None
 ) -> list[float] | None:
     """Advantages of raw rewards by the estimator the engine applies after reweighting (in
-    float32, as the engine computes); None for kind "none". Small: computed inline. pass_at_k
-    over fewer members than its k (a round closed short) takes k = the members present."""
+    float32, as the engine computes); None for kind "none". Small: computed inline. An
+    estimator's `within_group` parameter (pass_at_k's k) over fewer members than it (a round
+    closed short) takes the members present."""
     if kind == AdvantageKind.NONE:
         return None
+    spec = get_estimator(kind)
+    values = dict(params or {})  # stored validated: the model only reads them back
+    if spec.within_group is not None and spec.within_group in values:
+        values[spec.within_group] = min(values[spec.within_group], len(raw))
     r = torch.tensor(list(raw), dtype=torch.float32)
-    if kind == AdvantageKind.PASS_AT_K:  # stored validated: the model only reads them back
-        p = PassAtKParams.model_validate(dict(params or {}))
-        k = min(p.k, len(raw))
-        return advantage_estimator(r, kind, k=k, success_threshold=p.success_threshold).tolist()
-    return advantage_estimator(r, kind).tolist()
+    return advantage_estimator(r, kind, **values).tolist()
 
 
 def _short_result(group: OpenRound) -> RoundResult:

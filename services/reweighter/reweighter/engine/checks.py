@@ -20,8 +20,8 @@ from pydantic import BaseModel, ValidationError
 from ..errors import InvalidInput, LimitExceeded
 from ..limits import Limits
 from ..methods import MethodSpec, get_method
-from ..methods.params import NoAdvantageParams, PassAtKParams
-from ..types import AdvantageKind, MemberSubmission, ReweightRequest, parse_name
+from ..methods.estimators import get_estimator
+from ..types import AdvantageKind, MemberSubmission, ReweightRequest
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ class _Settings:
 
     spec: MethodSpec
     params: BaseModel
-    kind: AdvantageKind
+    kind: str
     adv_params: BaseModel
     step: int | None
 
@@ -95,7 +95,7 @@ class _Settings:
 def _check_settings(message: ReweightRequest | MemberSubmission) -> _Settings:
     spec = get_method(message.method)
     params = _check_params(spec.name, spec.params_model, message.params)
-    kind = parse_name(AdvantageKind, message.advantages, "advantages", "advantage kind")
+    kind = get_estimator(message.advantages).name
     adv_params = check_advantage_params(kind, message.advantage_params, spec.name)
     step = _check_step(message.step, required="memory" in spec.needs, method=spec.name)
     return _Settings(spec, params, kind, adv_params, step)
@@ -143,12 +143,7 @@ def check_request(request: ReweightRequest, limits: Limits) -> Checked:
                     "completion)",
                     field=f"{where}.answers",
                 )
-        if isinstance(adv_params, PassAtKParams) and adv_params.k > len(r):
-            raise InvalidInput(
-                f"k = {adv_params.k} exceeds the group's {len(r)} completions "
-                f"(groups[{gi}]); pass@k needs k <= n",
-                field="advantage_params.k",
-            )
+        check_within_group(kind, adv_params, len(r), f"the group's {len(r)} completions ({where})")
         answers.append(a)
         keys.append(key)
         if _texts_given(g.completions, g.embeddings, "completions or embeddings", where):
@@ -182,16 +177,17 @@ MAX_ANSWER_CHARS = 4096
 MAX_PROMPT_KEY_CHARS = 1024
 
 
-def check_advantage_params(kind: AdvantageKind, given: Any, method: str) -> BaseModel:
-    """The estimator's parameters (field "advantage_params.<name>"); pass_at_k only with
-    method "none": its closed form sees success and failure, not reweighted rewards."""
-    if kind == AdvantageKind.PASS_AT_K and method != "none":
+def check_advantage_params(kind: str, given: Any, method: str) -> BaseModel:
+    """The estimator's parameters (field "advantage_params.<name>") by its catalogue entry
+    (methods/estimators.py), and whether it goes with `method` (field "advantages")."""
+    spec = get_estimator(kind)
+    if spec.methods is not None and method not in spec.methods:
+        goes = " or ".join(repr(m) for m in spec.methods)
         raise InvalidInput(
-            f"pass_at_k sees only success or failure of the base rewards, so it goes with "
-            f"method 'none', not {method!r}",
+            f"{spec.why_methods or spec.name}, so it goes with method {goes}, not {method!r}",
             field="advantages",
         )
-    model: type[BaseModel] = PassAtKParams if kind == AdvantageKind.PASS_AT_K else NoAdvantageParams
+    model = spec.params_model
     values = given or {}
     if not isinstance(values, Mapping):
         raise InvalidInput("must be an object", field="advantage_params")
@@ -202,9 +198,21 @@ def check_advantage_params(kind: AdvantageKind, given: Any, method: str) -> Base
         loc = ".".join(str(p) for p in first.get("loc", ()))
         takes = ", ".join(model.model_fields) or "no parameters"
         raise InvalidInput(
-            f"{first['msg']} (advantage kind {kind.value!r} takes: {takes})",
+            f"{first['msg']} (advantage kind {spec.name!r} takes: {takes})",
             field=f"advantage_params.{loc}" if loc else "advantage_params",
         ) from e
+
+
+def check_within_group(kind: str, params: BaseModel, n: int, where: str) -> None:
+    """An estimator parameter bounded by the group's size (pass_at_k's k <= n), against a group
+    of `n` (`where` says which: "the group's 8 completions (groups[2])", "the group_size 8")."""
+    bound = get_estimator(kind).within_group
+    if bound is not None and getattr(params, bound) > n:
+        value = getattr(params, bound)
+        raise InvalidInput(
+            f"{bound} = {value} exceeds {where}; it needs {bound} <= n",
+            field=f"advantage_params.{bound}",
+        )
 
 
 def _check_step(value: Any, *, required: bool, method: str) -> int | None:
@@ -311,11 +319,7 @@ def check_member(
     settings = _check_settings(member)
     spec, params, kind = settings.spec, settings.params, settings.kind
     adv_params, memory, step = settings.adv_params, settings.memory, settings.step
-    if isinstance(adv_params, PassAtKParams) and adv_params.k > size:
-        raise InvalidInput(
-            f"k = {adv_params.k} exceeds the group_size {size}; pass@k needs k <= n",
-            field="advantage_params.k",
-        )
+    check_within_group(kind, adv_params, size, f"the group_size {size}")
     prompt_key = _check_prompt_key(member.prompt_key, "prompt_key")
     if memory and prompt_key is None:
         raise InvalidInput(

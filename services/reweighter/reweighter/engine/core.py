@@ -23,10 +23,10 @@ from ..errors import NotReady
 from ..limits import Limits
 from ..memory import AnswerMemory, build_memory
 from ..methods import CATALOG
+from ..methods.estimators import estimator_names
 from ..tenancy import scoped
 from ..timings import current as current_timings
 from ..types import (
-    AdvantageKind,
     EmbedResult,
     EngineInfo,
     ReweightRequest,
@@ -187,7 +187,7 @@ class ReweightEngine:
                 }
                 for name, spec in CATALOG.items()
             },
-            "advantages": [k.value for k in AdvantageKind],
+            "advantages": estimator_names(),
             "limits": self.limits.as_dict(),
         }
 

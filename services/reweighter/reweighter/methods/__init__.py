@@ -30,6 +30,8 @@ from reweighter.types import AdvantageKind, Method
 # Public name -> the torch module (in this package) that defines it.
 _LAZY = {
     **dict.fromkeys(("ADVANTAGE_KINDS", "advantages", "batched_advantages"), "advantages"),
+    **dict.fromkeys(("ESTIMATORS", "EstimatorSpec", "estimator_names", "get_estimator"),
+                    "estimators"),  # fmt: skip
     **dict.fromkeys(("dra", "dra_from_similarity"), "dra"),
     **dict.fromkeys(("darling", "darling_from_similarity"), "darling"),
     **dict.fromkeys(("outcome_ucb",), "outcome_ucb"),
