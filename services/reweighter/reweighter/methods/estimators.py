@@ -15,18 +15,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib import import_module
 from typing import Any
 
 from pydantic import BaseModel
 
 from reweighter.errors import InvalidInput
+from reweighter.methods.catalog import _PARAMS, _load
 from reweighter.types import AdvantageKind
-
-
-def _load(ref: str) -> Any:
-    module, _, name = ref.partition(":")
-    return getattr(import_module(module), name)
 
 
 @dataclass(frozen=True)
@@ -57,43 +52,44 @@ class EstimatorSpec:
         return _load(self.kernel)  # type: ignore[no-any-return]
 
 
-_PARAMS = "reweighter.methods.params"
 _ADV = "reweighter.methods.advantages"
 
-ESTIMATORS: dict[str, EstimatorSpec] = {
-    spec.name: spec
-    for spec in (
-        EstimatorSpec(
-            AdvantageKind.GRPO,
-            "GRPO (arXiv 2402.03300): (r_i - mean(r)) / (std(r) + 1e-4), the sample std.",
-            params=f"{_PARAMS}:NoAdvantageParams",
-            kernel=f"{_ADV}:apply_grpo",
-        ),
-        EstimatorSpec(
-            AdvantageKind.DR_GRPO,
-            "Dr. GRPO (arXiv 2503.20783): r_i - mean(r), no division by the std.",
-            params=f"{_PARAMS}:NoAdvantageParams",
-            kernel=f"{_ADV}:apply_dr_grpo",
-        ),
-        EstimatorSpec(
-            AdvantageKind.PASS_AT_K,
-            "Pass@k Training (arXiv 2508.10751): the closed-form advantage of pass@k over "
-            "success (reward >= success_threshold) and failure.",
-            params=f"{_PARAMS}:PassAtKParams",
-            kernel="reweighter.methods.pass_at_k:apply",
-            methods=("none",),
-            flags="pass",
-            why_methods="pass_at_k sees only success or failure of the base rewards",
-            within_group="k",
-        ),
-        EstimatorSpec(
-            AdvantageKind.NONE,
-            "The rewards unchanged (the trainer computes its own advantages).",
-            params=f"{_PARAMS}:NoAdvantageParams",
-            kernel=f"{_ADV}:apply_none",
-        ),
-    )
-}
+
+def _by_name(*specs: EstimatorSpec) -> dict[str, EstimatorSpec]:
+    return {spec.name: spec for spec in specs}
+
+
+ESTIMATORS: dict[str, EstimatorSpec] = _by_name(
+    EstimatorSpec(
+        AdvantageKind.GRPO,
+        "GRPO (arXiv 2402.03300): (r_i - mean(r)) / (std(r) + 1e-4), the sample std.",
+        params=f"{_PARAMS}:NoAdvantageParams",
+        kernel=f"{_ADV}:apply_grpo",
+    ),
+    EstimatorSpec(
+        AdvantageKind.DR_GRPO,
+        "Dr. GRPO (arXiv 2503.20783): r_i - mean(r), no division by the std.",
+        params=f"{_PARAMS}:NoAdvantageParams",
+        kernel=f"{_ADV}:apply_dr_grpo",
+    ),
+    EstimatorSpec(
+        AdvantageKind.PASS_AT_K,
+        "Pass@k Training (arXiv 2508.10751): the closed-form advantage of pass@k over "
+        "success (reward >= success_threshold) and failure.",
+        params=f"{_PARAMS}:PassAtKParams",
+        kernel="reweighter.methods.pass_at_k:apply",
+        methods=("none",),
+        flags="pass",
+        why_methods="pass_at_k sees only success or failure of the base rewards",
+        within_group="k",
+    ),
+    EstimatorSpec(
+        AdvantageKind.NONE,
+        "The rewards unchanged (the trainer computes its own advantages).",
+        params=f"{_PARAMS}:NoAdvantageParams",
+        kernel=f"{_ADV}:apply_none",
+    ),
+)
 """Estimator name -> spec."""
 
 
