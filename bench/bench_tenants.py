@@ -113,6 +113,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=40, help="light requests per phase")
     ap.add_argument("--flood", type=int, default=12, help="flood requests in flight")
     ap.add_argument("--json", type=Path, default=None, help="also write the rows here")
+    ap.add_argument("--metrics", action="store_true", help="print the server's time sums")
     args = ap.parse_args()
     flags: list[str] = []
     keys: dict[str, str | None] = {"light": None, "flood": None}
@@ -126,6 +127,20 @@ def main() -> None:
         keys = dict(KEYS)
     with serve(*flags) as served:
         rows = asyncio.run(run(served.url, keys, args.n, args.flood))
+        if args.metrics:
+            import httpx
+
+            text = httpx.get(f"{served.url}/metrics").text
+            for line in text.splitlines():
+                if line.startswith(("reweighter_queue_duration_seconds_sum",
+                                    "reweighter_queue_duration_seconds_count",
+                                    "reweighter_encode_duration_seconds_sum",
+                                    "reweighter_encode_duration_seconds_count",
+                                    "reweighter_tenant_request_duration_seconds_sum",
+                                    "reweighter_tenant_request_duration_seconds_count",
+                                    "reweighter_encoder_batch_size_sum",
+                                    "reweighter_encoder_batch_size_count")):  # fmt: skip
+                    print(line)
     label = "open (no tenants)" if args.open else "tenants file"
     print("| service | phase | light p50 s | light p95 s | n | load avg (1 min) |")
     print("|---|---|---|---|---|---|")

@@ -276,16 +276,21 @@ class DynamicBatcher:
 
     def _shares(self) -> dict[str, float] | None:
         """Active tenants' virtual times (tokens served / weight), for the policy; None with one
-        tenant. A tenant that was idle starts at the least of the active ones'."""
+        tenant. A tenant that was idle starts just below the least of the active ones'."""
         tenants = {r.tenant for r in self._active}
         if len(tenants) < 2:
             self._vtime = {}
             return None
         for t in [t for t in self._vtime if t not in tenants]:
             del self._vtime[t]
-        floor = min(self._vtime.values(), default=0.0)
-        for t in tenants:
-            self._vtime.setdefault(t, floor)
+        fresh = [t for t in tenants if t not in self._vtime]
+        if fresh:
+            # a tenant that just became active goes first among equals (as a new request does
+            # within a tenant): its small request anchors the very next round
+            served = {r.tenant for r in self._active if r.turn >= 0}
+            floor = min(self._vtime.values(), default=0.0)
+            for t in fresh:
+                self._vtime[t] = floor if t in served else floor - 1e-9
         return self._vtime
 
     def _apply(self, m: Message) -> None:

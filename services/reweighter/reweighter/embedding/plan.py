@@ -21,9 +21,11 @@ tenant that becomes active starting at the least of the others', as in start-tim
 queueing) and passes it in as `shares`. The tenant with the least virtual time anchors the
 round (its least recently served request, as above), and the fill first takes from each tenant
 at most its weighted part of the round's tokens; only then, work-conserving, whatever pads
-least from anyone. So a light tenant's small request anchors the next round or the one after,
-however many requests another tenant floods in, and two backlogged tenants' tokens split by
-weight. With one tenant (every single-key or open service) the rule is exactly the one above.
+least from anyone. When the anchor's tenant is served whole by the round (a light job's small
+request), the others add only their weighted part relative to what it takes and the round
+ends: short, so the light job waits for the round in progress and one short round, however
+many requests another tenant floods in. Two backlogged tenants' tokens split by weight. With
+one tenant (every single-key or open service) the rule is exactly the one above.
 """
 
 from __future__ import annotations
@@ -157,8 +159,15 @@ def plan(
         rnd.anchor(req, rank, _longest_first(req.jobs), budget.slice_tokens if whole else 1)
     if rnd.count and not rnd.full:
         candidates, complete = _candidates(order, budget.batch.rows, rnd.at)
+        if caps is not None and not _left(order, first, rnd.at):
+            # The anchor's tenant is served whole by this round (a light job's request): the
+            # others add their weighted part relative to what it takes, and the round ends
+            # there, short, so the light job is answered after a short round, not a full one.
+            used, w = rnd.used.get(first, 0), caps[first][2]
+            rnd.fill(candidates, {t: used * wt / w for t, (_, _, wt) in caps.items()}, pad=False)
+            return rnd.slices()
         if caps is not None:  # each tenant's weighted part first, then work-conserving
-            rnd.fill(candidates, {t: cap for t, (cap, _) in caps.items()})
+            rnd.fill(candidates, {t: cap for t, (cap, _, _) in caps.items()})
             if not rnd.full:
                 candidates, complete = _candidates(order, budget.batch.rows, rnd.at)
         rnd.fill(candidates)
@@ -167,11 +176,19 @@ def plan(
     return rnd.slices()
 
 
+def _left(order: Sequence[PendingRequest], tenant: str, at: Callable[[PendingJob], int]) -> bool:
+    """Whether `tenant` has work the round (cursor `at`) did not take."""
+    return any(
+        schedulable(j, at(j)) for r in order if tenant_of(r) == tenant for j in r.jobs
+    )
+
+
 def _tenant_caps(
     order: Sequence[PendingRequest], budget: RoundBudget, shares: Mapping[str, float]
-) -> dict[str, tuple[float, int]] | None:
+) -> dict[str, tuple[float, int, float]] | None:
     """Per tenant with schedulable work: (its weighted part of a round's tokens, its first
-    request's rank); None when one tenant (or none) has work: the single-tenant rule."""
+    request's rank, its weight); None when one tenant (or none) has work: the single-tenant
+    rule."""
     weights: dict[str, float] = {}
     first: dict[str, int] = {}
     for rank, req in enumerate(order):
@@ -184,7 +201,7 @@ def _tenant_caps(
     if len(weights) < 2:
         return None
     total = sum(weights.values())
-    return {t: (budget.batch.tokens * w / total, first[t]) for t, w in weights.items()}
+    return {t: (budget.batch.tokens * w / total, first[t], w) for t, w in weights.items()}
 
 
 @dataclass
@@ -249,13 +266,20 @@ class _Round:
                     return
                 used += self._add(req, rank, job)
 
-    def fill(self, candidates: list[_Candidate], caps: Mapping[str, float] | None = None) -> None:
+    def fill(
+        self,
+        candidates: list[_Candidate],
+        caps: Mapping[str, float] | None = None,
+        pad: bool = True,
+    ) -> None:
         """Work-conserving: add, one at a time, the pending piece that wastes least padding.
 
         A piece no longer than the round's longest wastes (longest - its length); a longer one
         pads every piece already in by the difference. Among equal waste, the older request.
         `caps` (tenant -> tokens): a tenant's pieces are taken only while its pieces in the
         round stay within its cap (the tenants' weighted parts; the caller fills again without).
+        `pad=False`: only pieces no longer than the round's longest (the round's padded length,
+        hence its time, stays what the anchor made it).
         """
 
         def over(i: int, cost: int) -> bool:
@@ -274,7 +298,7 @@ class _Round:
             if k >= len(job.pieces):
                 return
             cost = job.pieces[k].tokens
-            if over(i, cost):
+            if over(i, cost) or (not pad and cost > self.longest):
                 return
             if cost <= self.longest:
                 bisect.insort(below, (cost, -rank, i))
