@@ -15,6 +15,9 @@ fi
 if [ "${REWEIGHTER_SKIP_SETUP-}" != 1 ]; then
   bash scripts/setup.sh dev,trainer
   bash deploy/install-checkers.sh   # docker compose (static binary) and kubectl when missing
+  # Chromium + chromedriver from Debian's packages when missing (the dashboard's browser test;
+  # it skips, saying so, where they cannot be installed)
+  bash scripts/install-browser.sh || echo "[test] no Chromium: the browser test will skip" >&2
 fi
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 .venv/bin/ruff check .
