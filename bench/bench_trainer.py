@@ -59,8 +59,8 @@ def main() -> int:
     server = serve(env=_env())
     backends = {
         "http": [f"reweighter.url={server.url}"],
-        "grpc": ["reweighter.url=null", f"reweighter.grpc={server.target}"],
-        "inprocess": ["reweighter.url=null", "reweighter.backend=inprocess"],
+        "grpc": [f"reweighter.url=grpc://{server.target}"],
+        "inprocess": ["reweighter.url=inprocess://"],
     }
     common = [f"max_steps={args.steps}", f"reweighter.method={args.method}"]
     rows = []

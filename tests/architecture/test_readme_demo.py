@@ -7,6 +7,8 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 ROW = re.compile(r"^(copy \d|wrong|distinct correct)\s+(-?\d+\.\d+(?:\s+-?\d+\.\d+){3})\s*$")
 
@@ -20,6 +22,7 @@ def _rows(text: str) -> dict[str, list[float]]:
     return rows
 
 
+@pytest.mark.process
 def test_demo_prints_the_readme_table() -> None:
     readme = (ROOT / "README.md").read_text()
     block = readme.split("`bash scripts/demo.sh` prints", 1)[1].split("```text", 1)[1]

@@ -7,16 +7,18 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
 import redis
 from conftest import loopback
 
-from reweighter.assembly import GroupAssembler, MemberSubmission, make_store
+from reweighter.assembly import GroupAssembler, MemberSubmission, MemoryStore, make_store
 from reweighter.engine import ReweightEngine
+from reweighter.limits import AssemblyLimits
 from reweighter.types import Group, ReweightRequest
 
 settings = loopback  # the suite's test settings (compile off: REWEIGHTER_COMPILE in conftest)
@@ -51,16 +53,55 @@ def store_settings(store_kind: str, request: pytest.FixtureRequest) -> dict[str,
 Build = Callable[..., GroupAssembler]
 
 
+class Clock:
+    """The in-process store's clock in these tests: this process's monotonic clock plus what the
+    test skipped ahead. `later` on it costs no wall time; on Redis (whose `TIME` is the clock of
+    every replica and cannot be moved) it is a real sleep."""
+
+    def __init__(self) -> None:
+        self.skipped = 0.0
+
+    def __call__(self) -> float:
+        return time.monotonic() + self.skipped
+
+
 @pytest.fixture
-async def build(engine: ReweightEngine, store_settings: dict[str, Any]) -> AsyncIterator[Build]:
-    """`build(engine=..., claim_ttl_s=..., **settings)`: an assembler on this test's store; with
-    Redis, every assembler built shares it (replicas). All are closed after the test."""
+def clock() -> Clock:
+    return Clock()
+
+
+Later = Callable[[float], Awaitable[None]]
+
+
+@pytest.fixture
+def later(store_kind: str, clock: Clock) -> Later:
+    """`await later(s)`: s seconds pass on the store's clock (instantly on the memory store)."""
+
+    async def wait(seconds: float) -> None:
+        if store_kind == "memory":
+            clock.skipped += seconds
+            await asyncio.sleep(0)
+        else:
+            await asyncio.sleep(seconds)
+
+    return wait
+
+
+@pytest.fixture
+async def build(
+    engine: ReweightEngine, store_settings: dict[str, Any], clock: Clock
+) -> AsyncIterator[Build]:
+    """`build(engine=..., claim_ttl_s=..., **settings)`: an assembler on this test's store (the
+    memory store on `clock`); with Redis, every assembler built shares it (replicas). All are
+    closed after the test."""
     made: list[GroupAssembler] = []
 
     def make(eng: Any = None, claim_ttl_s: float | None = None, **overrides: Any) -> GroupAssembler:
         s = settings(**{**store_settings, **overrides})
         kw = {} if claim_ttl_s is None else {"claim_ttl_s": claim_ttl_s}
-        asm = GroupAssembler(eng or engine, make_store(s), s, **kw)
+        limits = AssemblyLimits.from_settings(s)
+        store = make_store(s) if s.redis_url else MemoryStore(limits, clock)
+        asm = GroupAssembler(eng or engine, store, s, **kw)
         made.append(asm)
         return asm
 

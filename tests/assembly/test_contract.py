@@ -23,7 +23,7 @@ from reweighter.assembly.machine import (
     Full,
     Mismatch,
 )
-from reweighter.assembly.records import GroupMeta, MemberRecord, RoundResult
+from reweighter.assembly.records import PAYLOAD, SHARED, GroupMeta, MemberRecord, RoundResult
 from reweighter.assembly.store import AssemblyStore
 from reweighter.engine import ReweightEngine
 from reweighter.errors import (
@@ -35,22 +35,23 @@ from reweighter.errors import (
     StoreUnavailable,
 )
 from reweighter.methods import advantages
-from reweighter.types import GroupStats
+from reweighter.types import Group, GroupStats, ReweightRequest
 
-from .conftest import Build, embedded_group, ordered_request, settings, waiting
+from .conftest import Build, Later, embedded_group, ordered_request, settings, waiting
 
 # -- the store: every rule of the state machine, both stores -----------------------------------
 
 META = GroupMeta(group_size=2, method="dra", params={}, advantages="none", input="embedding",
                  dim=2)  # fmt: skip
-REC = MemberRecord(reward=1.0, digest="d", value=[1.0, 0.0])
+REC = MemberRecord(reward=1.0, digests={"embedding": "d"}, value=[1.0, 0.0])
 
 
 def _result(rnd: int, meta: GroupMeta, ids: list[str]) -> RoundResult:
     n = len(ids)
     return RoundResult(
-        round=rnd, meta=meta, complete=True, ids=ids, raw=[1.0] * n, digests=["d"] * n,
-        rewards=[1.0] * n, advantages=None, stats=GroupStats(1.0),
+        round=rnd, meta=meta, complete=True, ids=ids, raw=[1.0] * n,
+        digests=[{"embedding": "d"}] * n, rewards=[1.0] * n, advantages=None,
+        stats=GroupStats(1.0),
     )  # fmt: skip
 
 
@@ -140,7 +141,9 @@ async def test_each_rule_of_the_state_machine(build: Build, rule: str) -> None:
     assert type(got) is next(r.outcome for r in RULES if r.name == rule)
 
 
-async def test_finish_stores_one_result_and_claims_are_exclusive(build: Build) -> None:
+async def test_finish_stores_one_result_and_claims_are_exclusive(
+    build: Build, later: Later
+) -> None:
     store = build().store
     await store.add("g", "a", META, REC, 2, 5.0)
     assert await store.finish("g", _result(0, META, ["a", "b"])) is None  # not as read
@@ -151,7 +154,7 @@ async def test_finish_stores_one_result_and_claims_are_exclusive(build: Build) -
     assert not await store.claim("g", "t2", 5.0)
     await store.release("g", "t1")
     assert await store.claim("g", "t2", 0.2)
-    await asyncio.sleep(0.4)
+    await later(0.4)
     assert await store.claim("g", "t3", 5.0)  # an expired claim is taken over
     first = _result(0, META, ["a"])
     assert await store.finish("g", first) == first
@@ -314,6 +317,63 @@ async def test_a_known_member_with_another_payload_after_its_round_is_a_conflict
     assert await assembler.submit(g[1]) == done[1]
 
 
+# What each member field that changes a result is changed to (on top of `base`), and the 409 it
+# gets. Derived from the fields' roles (types.MemberRole): a field added to MemberSubmission as
+# shared or payload fails `test_every_field_that_changes_a_result_is_covered` until it is here.
+CHANGES: dict[str, tuple[dict[str, object], dict[str, object], type[Exception]]] = {
+    "group_size": ({}, {"group_size": 3}, PreconditionFailed),
+    "method": ({}, {"method": "mmr"}, PreconditionFailed),
+    "params": ({}, {"params": {"eps": 1e-3}}, PreconditionFailed),
+    "advantages": ({}, {"advantages": "grpo"}, PreconditionFailed),
+    "advantage_params": (
+        {"method": "none", "advantages": "pass_at_k", "advantage_params": {"k": 1}},
+        {"advantage_params": {"k": 2}},
+        PreconditionFailed,
+    ),
+    "step": ({"step": 3}, {"step": 4}, PreconditionFailed),
+    "prompt_key": ({"prompt_key": "p"}, {"prompt_key": "q"}, PreconditionFailed),
+    "reward": ({}, {"reward": 7.0}, Conflict),
+    "completion": ({"embedding": None, "completion": "x + y"}, {"completion": "y + x"}, Conflict),
+    "embedding": ({}, {"embedding": [1.0] * 8}, Conflict),
+    "answer": ({"answer": "42"}, {"answer": "43"}, Conflict),
+}
+
+
+def test_every_field_that_changes_a_result_is_covered() -> None:
+    """Every member field has a role; the shared ones are GroupMeta's fields and reach the
+    rebuilt request, the payload ones become the Group's lists; both are tested in CHANGES."""
+    roles = {f.name: f.metadata.get("member") for f in dataclasses.fields(MemberSubmission)}
+    assert None not in roles.values(), f"give every MemberSubmission field a member role: {roles}"
+    assert set(CHANGES) == set(SHARED) | set(PAYLOAD), (
+        "a member field that changes a result needs its row in CHANGES (its 409 is tested)"
+    )
+    assert set(GroupMeta.model_fields) - {"v"} == set(SHARED) | {"input", "dim"}
+    request_fields = {f.name for f in dataclasses.fields(ReweightRequest)}
+    group_fields = {f.name for f in dataclasses.fields(Group)}
+    assert set(SHARED) - {"group_size"} <= request_fields | group_fields
+    assert {f"{name}s" for name in PAYLOAD} <= group_fields
+
+
+@pytest.mark.parametrize("name", list(CHANGES))
+async def test_a_member_resent_with_another_value_is_a_409_naming_it(
+    assembler: GroupAssembler, name: str
+) -> None:
+    """While its round is open and after it was answered: a member sent again under its id with
+    any field that changes a result changed (its answer too) is a 409 naming that field."""
+    base, change, error = CHANGES[name]
+    g = [dataclasses.replace(m, **base) for m in embedded_group(f"c-{name}", 2, random.Random(8))]
+    first = asyncio.create_task(assembler.submit(g[0]))
+    await waiting(assembler, 1)
+    for when in ("open", "answered"):
+        with pytest.raises(error) as e:
+            await assembler.submit(dataclasses.replace(g[0], **change))
+        assert (e.value.field, e.value.http_status, when) == (name, 409, when)
+        if when == "open":
+            done = [await assembler.submit(g[1]), await first]
+            assert all(r.complete for r in done)
+    assert await assembler.submit(g[0]) == done[1]  # the same member is still a retry
+
+
 async def test_a_short_round_closes_at_the_first_deadline_for_all_its_members(
     assembler: GroupAssembler,
 ) -> None:
@@ -402,7 +462,7 @@ async def test_bounds_answer_overloaded(build: Build) -> None:
     assert asm.waiting == 0 and asm.open_groups == 0
 
 
-async def test_the_store_expires_open_rounds_and_results(build: Build) -> None:
+async def test_the_store_expires_open_rounds_and_results(build: Build, later: Later) -> None:
     """Nothing grows without bound: an open round lives until its latest member's deadline
     (each arrival can only extend it), results for the result TTL, on the store's clock."""
     store = build(assembly_result_ttl_s=1.0).store
@@ -414,14 +474,14 @@ async def test_the_store_expires_open_rounds_and_results(build: Build) -> None:
     assert await store.finish("h", result) == result
     assert await store.add("h", "a", meta, REC, 1, ttl_s=2.0) == Answered(0, result)
     assert await store.counts() == (1, 1)
-    await asyncio.sleep(1.2)  # the result is gone, the open round is not
+    await later(1.2)  # the result is gone, the open round is not
     assert await store.poll("h", 0) == (None, 0)
     assert await store.add("h", "b", meta, REC, 2, ttl_s=0.3) == Added(0, 1)  # afresh: round 0
     assert isinstance(await store.add("g", "a", meta, REC, 2, ttl_s=0.1), Exists)  # stays
     assert (await store.add("g", "b", meta, REC, 2, ttl_s=2.0)).count == 2  # extends: 3.2 s
-    await asyncio.sleep(1.0)  # 2.2 s: g's first deadline passed, it is extended; h expired
+    await later(1.0)  # 2.2 s: g's first deadline passed, it is extended; h expired
     assert await store.counts() == (1, 2)
-    await asyncio.sleep(1.3)
+    await later(1.3)
     assert await store.counts() == (0, 0)
     assert await store.members("g") is None
 
@@ -551,6 +611,7 @@ async def test_members_carry_step_prompt_key_and_advantage_params(
     assert (await held).complete
 
 
+@pytest.mark.slow
 async def test_ten_thousand_members_wait_without_threads(engine: ReweightEngine) -> None:
     """A verl step has batch x n members in flight: they must cost futures, not threads. A
     property of the assembler's waiting, not of a store: run on the in-process one (the Redis

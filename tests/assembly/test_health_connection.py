@@ -10,11 +10,15 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import uvicorn
+from packaging.specifiers import SpecifierSet
+from uvicorn.protocols.http.h11_impl import RequestResponseCycle
 
+from reweighter.api.http import connections
 from reweighter.api.http.connections import ConnectionGuard, guarded_protocol, health_request
 
 PROBE = b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n"
@@ -183,3 +187,34 @@ def test_the_service_answers_probes_as_its_app_does(service: Any) -> None:
             via_app = _read_answer(sock)
         assert guard.health_answered == before + 1
         assert direct == via_app, path
+
+
+def test_uvicorn_is_the_tested_one_and_a_moved_member_stops_the_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The guard reads uvicorn internals: pyproject pins the tested range, every member read is
+    where the guard reads it, and a uvicorn where one moved is refused at start, loudly."""
+    assert uvicorn.__version__ in SpecifierSet(connections.UVICORN_TESTED)
+    pyproject = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
+    assert f'"uvicorn{connections.UVICORN_TESTED}"' in pyproject
+    assert connections.moved_uvicorn_members() == []
+    guard = ConnectionGuard(8, 1.0, 1.0)
+    monkeypatch.setitem(connections.UVICORN_MEMBERS, RequestResponseCycle,
+                        ("response_complete", "more_body_renamed"))  # fmt: skip
+    with pytest.raises(RuntimeError) as e:
+        guarded_protocol(guard)
+    assert "RequestResponseCycle.more_body_renamed" in str(e.value)
+    assert f"uvicorn{connections.UVICORN_TESTED}" in str(e.value)
+
+
+@pytest.mark.parametrize("path", ["/healthz", "/readyz"])
+@pytest.mark.parametrize("ready", [True, False])
+def test_probe_bytes_come_from_the_apps_answer(path: str, ready: bool) -> None:
+    """The connection's bytes and the app's route serve one definition (probe_answer)."""
+    code, state, headers = connections.probe_answer(path, ready)
+    raw = connections.health_answer(path.encode(), ready, False, [])
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 %d " % code) and body == b'{"status":"%s"}' % state.encode()
+    assert all(f"{k}: {v}".encode() in head for k, v in headers.items())
+    assert (code, state) == ((200, "ok") if path == "/healthz" else
+                             (200, "ready") if ready else (503, "loading"))  # fmt: skip

@@ -80,7 +80,7 @@ async def test_replicas_with_skewed_clocks_agree_on_deadlines(
     real = time.time
     meta = GroupMeta(group_size=2, method="dra", params={}, advantages="none",
                      input="embedding", dim=2)  # fmt: skip
-    rec = MemberRecord(reward=1.0, digest="d", value=[1.0, 0.0])
+    rec = MemberRecord(reward=1.0, digests={"embedding": "d"}, value=[1.0, 0.0])
 
     def clock(offset_s: float) -> None:
         monkeypatch.setattr(time, "time", lambda: real() + offset_s)
@@ -253,7 +253,7 @@ async def test_a_record_of_another_schema_version_is_refused_not_misread(
 def test_records_carry_their_version_and_refuse_others() -> None:
     from reweighter.assembly.records import MemberRecord
 
-    rec = MemberRecord(reward=0.5, digest="d", value=[1.0, 2.0])
+    rec = MemberRecord(reward=0.5, digests={"embedding": "d"}, value=[1.0, 2.0])
     raw = rec.dump()
     assert json.loads(raw)["v"] == SCHEMA_VERSION and MemberRecord.load(raw) == rec
     for version in (None, SCHEMA_VERSION + 1):

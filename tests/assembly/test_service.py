@@ -111,6 +111,7 @@ def _expected(groups: list[list[MemberSubmission]], url: str) -> dict[tuple[str,
     return want
 
 
+@pytest.mark.slow
 async def test_hundred_groups_shuffled_across_replicas_and_transports(
     replicas: list[BackgroundService],
 ) -> None:
@@ -225,7 +226,7 @@ def test_retry_after_completion_and_conflicts_over_both_transports(
 def _sync_send(client, m: MemberSubmission) -> MemberResult:
     return client.submit_member(
         m.group_id, m.member_id, m.group_size, m.reward, embedding=m.embedding,
-        method=m.method, advantages=m.advantages, timeout_s=m.timeout_s,
+        method=m.method, advantages=m.advantages, timeout_s=m.timeout_s, answer=m.answer,
     )  # fmt: skip
 
 
@@ -234,7 +235,8 @@ def test_a_changed_member_after_its_round_is_a_409_on_both_transports(
     engine: ReweightEngine, store: str, request: pytest.FixtureRequest
 ) -> None:
     """Issue 29 point 2, as a user meets it: a group completes; the same (group_id, member_id)
-    sent again with another reward is 409 / ALREADY_EXISTS naming `reward` over HTTP and gRPC,
+    sent again with another reward (or only another answer) is 409 / ALREADY_EXISTS naming
+    `reward` (`answer`) over HTTP and gRPC,
     on the in-process store and on Redis; the unchanged member still gets its stored answer."""
     extra: dict[str, object] = {}
     if store == "redis":
@@ -245,21 +247,25 @@ def test_a_changed_member_after_its_round_is_a_409_on_both_transports(
         ReweighterClient(svc.http_url, retry=NO_RETRY) as http,
         GrpcReweighterClient(svc.grpc_target, retry=NO_RETRY) as rpc,
     ):
-        g = [MemberSubmission("answered/1", m, 2, r, embedding=e, timeout_s=30)
+        g = [MemberSubmission("answered/1", m, 2, r, embedding=e, timeout_s=30, answer="7")
              for m, r, e in (("a", 1.0, [1.0, 0.0]), ("b", 0.0, [0.0, 1.0]))]  # fmt: skip
         with ThreadPoolExecutor(2) as pool:
             done = list(pool.map(_sync_send, (http, rpc), g))
         assert all(r.complete for r in done)
         changed = MemberSubmission(**{**g[0].__dict__, "reward": 0.5})
+        # the answer alone (darling and outcome_ucb read it) is as much a change as the reward
+        answer_only = MemberSubmission(**{**g[0].__dict__, "answer": "8"})
         for client in (http, rpc):
-            with pytest.raises(Conflict) as e:
-                _sync_send(client, changed)
-            assert e.value.field == "reward"
-            assert (e.value.http_status, e.value.grpc_code) == (409, "ALREADY_EXISTS")
+            for sent, field in ((changed, "reward"), (answer_only, "answer")):
+                with pytest.raises(Conflict) as e:
+                    _sync_send(client, sent)
+                assert e.value.field == field
+                assert (e.value.http_status, e.value.grpc_code) == (409, "ALREADY_EXISTS")
             assert _sync_send(client, g[0]) == done[0]  # a retry still gets the answer
         raw = httpx.post(
             f"{svc.http_url}/v1/groups/answered%2F1/members",
-            json={"member_id": "a", "group_size": 2, "reward": 0.5, "embedding": [1.0, 0.0]},
+            json={"member_id": "a", "group_size": 2, "reward": 0.5, "embedding": [1.0, 0.0],
+                  "answer": "7"},
         )
         assert raw.status_code == 409
         assert (raw.json()["error"]["type"], raw.json()["error"]["field"]) == ("Conflict", "reward")

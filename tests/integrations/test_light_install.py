@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[2]
 SERVER_ONLY = ("torch", "sentence-transformers", "fastapi", "uvicorn", "httpx", "starlette",
                "transformers", "redis", "prometheus-client")  # fmt: skip
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.venv  # a fresh venv and a wheel build
 
 PROBE = r"""
 import asyncio, json, sys

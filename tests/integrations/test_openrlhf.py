@@ -31,6 +31,7 @@ import httpx
 import pytest
 import uvicorn
 import uvicorn.logging
+from prometheus_client import generate_latest
 
 pytest.importorskip("openrlhf.utils.agent")
 
@@ -115,10 +116,14 @@ def server(engine: Any, upstream: Served) -> Iterator[Served]:
     app.include_router(build_openrlhf_router(
         OpenRLHFSettings(), Metrics(engine), assembler,
         verifier=UpstreamVerifier(upstream.url("/score")), paths=("/upstream",)))
+    late = Metrics(engine)  # a late surplus within seconds: siblings join within 0.5 s
+    app.include_router(build_openrlhf_router(
+        OpenRLHFSettings(timeout_s=30.0), late, assembler, paths=("/late",), late_s=0.5))
     app.include_router(build_openrlhf_router(  # an upstream that is down, with credentials
         OpenRLHFSettings(), Metrics(engine), assembler, verifier=UpstreamVerifier(
             f"http://user:pw-secret@127.0.0.1:{free_port()}/score"), paths=("/down",)))
     with Served(app) as s:
+        s.late_metrics = late  # type: ignore[attr-defined]
         yield s
 
 
@@ -403,7 +408,8 @@ async def test_wrong_n_never_mixes_rounds_and_is_reported(keyed, engine, tokeniz
         outs = await run_openrlhf(url, rows, tokenizer)
         whole = [o for o in outs if o["extra_logs"]["reweighted"] == [1.0]]
         short = [o for o in outs if o["extra_logs"]["short_round"] == [1.0]]
-        assert len(whole) == (declared if sent > declared else 0), step
+        # a surplus shows n is wrong: the second step is raw (wrong_n) on that route
+        assert len(whole) == (declared if sent > declared and step == 0 else 0), step
         assert len(whole) + len(short) == sent
         for o in short:  # answered with its raw reward, flagged
             assert o["reward"] == o["scores"]
@@ -414,38 +420,93 @@ async def test_wrong_n_never_mixes_rounds_and_is_reported(keyed, engine, tokeniz
             assert all(t.endswith(suffix.strip()) for t in texts) or not suffix
     async with httpx.AsyncClient(timeout=10) as c:
         after = _short_rounds((await c.get(f"{svc.http_url}/metrics")).text, cause)
-    assert after - before == 2  # one short round per step
+    assert after - before == (1 if sent > declared else 2)  # a short round per step, or the
+    # surplus of the first (the second step is answered raw as wrong_n, said once)
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING
                 and r.name.startswith("reweighter.api.http.openrlhf")]
     assert len(warnings) == 2, warnings
     hint = f"n_samples_per_prompt = {sent}" if sent > declared else f"{sent} of n={declared}"
-    assert all(hint in w and "--rollout.n_samples_per_prompt" in w for w in warnings), warnings
+    assert any(hint in w for w in warnings), warnings
+    assert all("--rollout.n_samples_per_prompt" in w for w in warnings), warnings
 
 
-@pytest.mark.parametrize("seed", [60, 61])
-async def test_a_surplus_never_seeds_a_round(service, engine, tokenizer, seed) -> None:
-    """Issue 29 point 10: `?n=7` with 8 samples a prompt, then the same 8 prompts again with new
-    completions, each pass in a shuffled order (the seed): the sample beyond n of each prompt
-    is answered at once with its raw reward and flagged `surplus`, and every reweighted number
-    is computed over 7 samples of one pass only (what /v1/reweight gives on exactly them).
-    The service's default OpenRLHF timeout (150 s): every round fills, so none waits for it."""
+def _check_pass(outs: list[dict], engine: Any, tokenizer: Any, suffix: str, n: int) -> None:
+    """Every reweighted answer is of a group of exactly n samples of this pass (what
+    /v1/reweight gives on them); every other answer is the raw reward, flagged short and
+    surplus or wrong_n."""
+    for prompt in {o["prompt"] for o in outs}:
+        mine = [o for o in outs if o["prompt"] == prompt]
+        whole = [o for o in mine if o["extra_logs"]["reweighted"] == [1.0]]
+        assert len(whole) in (0, n), prompt
+        if whole:
+            texts = [tokenizer.decode(o["observation_tokens"]) for o in whole]
+            assert all(t.endswith(suffix.strip()) for t in texts), texts
+            want = expected(engine, whole, tokenizer)  # the group of exactly these n
+            assert [o["reward"][0] for o in whole] == pytest.approx(want, abs=1e-6)
+        for o in mine:
+            if o["extra_logs"]["reweighted"] == [0.0]:
+                assert o["reward"] == o["scores"] and o["extra_logs"]["short_round"] == [1.0]
+                assert o["extra_logs"]["surplus"] != o["extra_logs"]["wrong_n"], o["extra_logs"]
+
+
+async def test_a_surplus_never_seeds_a_round_and_turns_the_route_raw(
+    service, engine, tokenizer
+) -> None:
+    """`?n=7` with 8 samples a prompt, then the same prompts again with new completions: the
+    sample beyond n is answered at once with its raw reward, flagged `surplus`; it shows n is
+    wrong, so every later sample of the route is raw, flagged `wrong_n`; no reweighted number
+    is computed over samples of two passes. `?n=8` (the URL changed) reweights again."""
     url = f"{service.http_url}/v1/openrlhf/reward?n=7"
+    flags: list[list[float]] = []
     for step, suffix in enumerate([" first pass", " second pass"]):
         rows = [(p, lab, r + suffix) for p, lab, r in
-                problems(k=8, n=8, seed=seed, tokenizer=tokenizer)]  # fmt: skip
-        random.Random(seed * 10 + step).shuffle(rows)
+                problems(k=8, n=8, seed=60, tokenizer=tokenizer)]  # fmt: skip
+        random.Random(step).shuffle(rows)
         outs = await run_openrlhf(url, rows, tokenizer)
-        for prompt in {o["prompt"] for o in outs}:
-            mine = [o for o in outs if o["prompt"] == prompt]
-            whole = [o for o in mine if o["extra_logs"]["reweighted"] == [1.0]]
-            surplus = [o for o in mine if o["extra_logs"]["surplus"] == [1.0]]
-            assert (len(whole), len(surplus)) == (7, 1), (step, prompt)
-            assert surplus[0]["reward"] == surplus[0]["scores"]
-            assert surplus[0]["extra_logs"]["short_round"] == [1.0]
-            texts = [tokenizer.decode(o["observation_tokens"]) for o in whole]
-            assert all(t.endswith(suffix.strip()) for t in texts), (step, texts)
-            want = expected(engine, whole, tokenizer)  # the group of exactly these 7
-            assert [o["reward"][0] for o in whole] == pytest.approx(want, abs=1e-6)
+        _check_pass(outs, engine, tokenizer, suffix, 7)
+        flags.append([o["extra_logs"]["surplus"][0] for o in outs])
+        if step == 1:
+            assert all(o["extra_logs"]["wrong_n"] == [1.0] for o in outs)
+    assert sum(flags[0]) >= 1 and sum(flags[1]) == 0
+    rows = [(p, lab, r + " fixed") for p, lab, r in
+            problems(k=2, n=8, seed=60, tokenizer=tokenizer)]  # fmt: skip
+    outs = await run_openrlhf(f"{service.http_url}/v1/openrlhf/reward?n=8", rows, tokenizer)
+    assert all(o["extra_logs"]["reweighted"] == [1.0] for o in outs)
+
+
+async def test_a_late_surplus_never_joins_the_next_step(server, engine, tokenizer, caplog) -> None:
+    """The timing that mixed steps, driven on purpose: `?n=5`, five samples of a prompt are
+    answered (reweighted); then its sixth arrives and waits in the next round; the next step's
+    samples come after the route's late_s (0.5 s here). Joining would compute one group over
+    two steps: instead the sixth and every later sample are answered raw, flagged `wrong_n`,
+    logged once and counted. `?n=6` (the URL changed) reweights again."""
+    url = server.url("/late?n=5")
+    rows = problems(k=1, n=6, seed=64, tokenizer=tokenizer)
+    caplog.set_level(logging.WARNING, logger="reweighter")
+    first = await run_openrlhf(url, rows[:5], tokenizer)
+    assert all(o["extra_logs"]["reweighted"] == [1.0] for o in first)
+    sixth = asyncio.ensure_future(run_openrlhf(url, rows[5:], tokenizer))
+    await asyncio.sleep(1.0)
+    assert not sixth.done()  # it waits in a round of its own
+    nxt = await run_openrlhf(url, [(p, lab, r + " next") for p, lab, r in rows], tokenizer)
+    late = (await asyncio.wait_for(sixth, 10))[0]
+    for o in [late, *nxt]:
+        assert o["extra_logs"]["wrong_n"] == [1.0] and o["reward"] == o["scores"], o
+        assert o["extra_logs"]["reweighted"] == [0.0]
+    metrics = generate_latest(server.late_metrics.registry).decode()
+    assert _counter(metrics, "reweighter_openrlhf_wrong_n_total") == 7
+    said = [r.getMessage() for r in caplog.records if "?n=5 is wrong" in r.getMessage()]
+    assert len(said) == 1 and "--rollout.n_samples_per_prompt" in said[0], said
+    again = [(p, lab, r + " fixed") for p, lab, r in rows]
+    outs = await run_openrlhf(server.url("/late?n=6"), again, tokenizer)
+    assert all(o["extra_logs"]["reweighted"] == [1.0] for o in outs)
+
+
+def _counter(metrics: str, name: str) -> float:
+    for line in metrics.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    return 0.0
 
 
 # -- the documented command, through OpenRLHF's own parser -------------------------------------
@@ -474,6 +535,7 @@ def openrlhf_parse(flags: list[str], cwd: Path) -> subprocess.CompletedProcess[s
                           capture_output=True, text=True, timeout=120)  # fmt: skip
 
 
+@pytest.mark.process
 async def test_documented_command_runs_through_openrlhfs_parser(keyed, engine, tokenizer,
                                                                 tmp_path) -> None:
     argv = argv_of(documented_command(), REWEIGHTER_OPENRLHF_TOKEN=TOKEN)
@@ -546,4 +608,25 @@ def test_round_rules() -> None:
     e = rounds.enter("p", "p e", 3)
     assert e.round == 3
     assert rounds.leave(e, answered=False, members=0, n=3) is None  # an error is no answer
+    assert 3 in rounds.wrong  # the surplus above showed n=3 is wrong (the route answers raw)
+    # just after a full round was answered, a sample opens the next round on probation: a
+    # sibling joining it within late_s is the next step's (a quick step, nothing wrong) ...
+    late = Rounds("t", burst_s=150.0, late_s=5.0, clock=lambda: now[0])
+    now[0] = 1000.0
+    for seat in [late.enter("q", f"q {i}", 2) for i in range(2)]:
+        late.leave(seat, answered=True, members=2, n=2)
+    now[0] = 1001.0
+    opener = late.enter("q", "q 2", 2)
+    now[0] = 1004.0
+    sibling = late.enter("q", "q 3", 2)
+    assert (opener.round, sibling.round) == (1, 1) and not sibling.wrong and not late.wrong
+    # ... one joining after late_s is of another step: the opener was a late surplus
+    for seat in (opener, sibling):
+        late.leave(seat, answered=True, members=2, n=2)
+    now[0] = 1005.0
+    opener = late.enter("q", "q 4", 2)
+    now[0] = 1011.0
+    joiner = late.enter("q", "q 5", 2)
+    assert joiner.wrong and not joiner.group_id and "no sibling followed" in late.wrong[2]
+    assert late.leave(joiner, answered=True, members=1, n=2) is None
     assert rounds.enter("p", "p f", 3).round == 3  # so its round stays open

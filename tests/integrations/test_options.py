@@ -5,6 +5,7 @@ option applied by its backend or refused naming it, never dropped; and the one c
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from reweighter.client import DEFAULT_TIMEOUT_S, connect
+from reweighter.client import DEFAULT_TIMEOUT_S, DEFAULT_URL, connect
 from reweighter.integrations import _distributed
 from reweighter.integrations.options import UNSUPPORTED, ReweighterOptions
 from reweighter.integrations.trl import reweighted
@@ -37,12 +38,27 @@ def test_the_in_process_backend_refuses_network_options() -> None:
         reweighted(_zero, num_generations=2, backend="inprocess", timeout_s=5)
 
 
+def test_reweighted_restates_no_option_and_defaults_to_the_options_url() -> None:
+    """reweighted() takes ReweighterOptions' fields as they are (an unknown one is refused
+    naming it) and, with no backend, the options' one default URL."""
+    fields = set(inspect.signature(reweighted).parameters)
+    assert not fields & set(ReweighterOptions.model_fields), "restated in reweighted()"
+    with pytest.raises(ValueError, match="colour"):
+        reweighted(_zero, num_generations=2, colour="red")
+    fn = reweighted(_zero, num_generations=2)
+    try:
+        assert fn.options.url == ReweighterOptions().url == DEFAULT_URL
+    finally:
+        fn.backend.close()
+
+
 def test_reweighted_applies_timeout_s_and_the_request_options() -> None:
     fn = reweighted(_zero, num_generations=2, backend="http://127.0.0.1:9", timeout_s=7.5,
                     method="mmr", params={"lambda": 0.5}, advantages="grpo")  # fmt: skip
     try:
         assert fn.backend.aio.timeout == 7.5  # type: ignore[attr-defined]
-        assert (fn.method, dict(fn.params), fn.advantages) == ("mmr", {"lambda": 0.5}, "grpo")
+        opts = fn.options
+        assert (opts.method, opts.params, opts.advantages) == ("mmr", {"lambda": 0.5}, "grpo")
     finally:
         fn.backend.close()
     default = reweighted(_zero, num_generations=2, backend="grpc://127.0.0.1:9")
@@ -129,11 +145,7 @@ BACKEND_REFUSES = {("api_key", IN_PROCESS), ("timeout_s", IN_PROCESS), ("long_te
 def _trl(given: dict[str, Any]) -> tuple[ReweighterOptions, Any]:
     kw = dict(given)
     fn = reweighted(_zero, num_generations=2, backend=kw.pop("url"), **kw)
-    assert fn.options is not None
-    assert (fn.method, dict(fn.params), fn.advantages, dict(fn.advantage_params)) == (
-        fn.options.method, fn.options.params, fn.options.advantages, fn.options.advantage_params
-    )  # the request options are what the reward function sends
-    return fn.options, fn.backend
+    return fn.options, fn.backend  # the options are what the reward function sends
 
 
 def _trainer(given: dict[str, Any]) -> tuple[ReweighterOptions, Any]:

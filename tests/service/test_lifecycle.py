@@ -99,6 +99,7 @@ def _in_flight(url: str) -> dict[str, float]:
     return out
 
 
+@pytest.mark.server
 def test_sigterm_lets_in_flight_requests_finish(engine: ReweightEngine) -> None:
     with serve() as served:
         url, proc = served.url, served.proc

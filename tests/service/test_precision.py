@@ -158,6 +158,7 @@ def test_int8_serves_reports_and_keeps_its_bounds(int8_url: str, engine) -> None
     assert all(err[k] <= b for k, b in INT8_BOUNDS.items()), err
 
 
+@pytest.mark.slow
 def test_int8_artefact_is_built_once(tmp_path: Path, engine) -> None:  # noqa: ANN001
     from reweighter.embedding import quantize
 
@@ -187,6 +188,7 @@ def test_bad_combinations_are_refused(
         SentenceTransformerEncoder(device=device, precision=precision, compile=compile_)  # type: ignore[arg-type]
 
 
+@pytest.mark.process
 def test_serve_refuses_fp16_on_cpu_naming_the_setting(free_port: int) -> None:
     env = {
         **os.environ,
@@ -203,6 +205,7 @@ def test_serve_refuses_fp16_on_cpu_naming_the_setting(free_port: int) -> None:
     assert "precision=fp16 needs a CUDA device" in proc.stderr
 
 
+@pytest.mark.process
 def test_int8_without_the_extra_names_setting_and_extra(tmp_path: Path) -> None:
     code = (
         "import sys; sys.modules['onnxruntime'] = None\n"

@@ -248,6 +248,7 @@ def test_the_method_recipe_touches_the_module_the_entry_and_the_docs(toy_copy: P
     ]
 
 
+@pytest.mark.process
 def test_a_method_added_by_the_recipe_is_served_everywhere(toy_copy: Path) -> None:
     run = _run(toy_copy, SERVE_TOY)
     assert run.returncode == 0, run.stderr[-3000:]
@@ -422,6 +423,7 @@ def test_the_route_recipe_touches_exactly_its_files(route_copy: Path) -> None:
         assert path.rsplit("/", 1)[-1] in recipe, path
 
 
+@pytest.mark.process
 def test_a_route_added_by_the_recipe_is_served_everywhere(route_copy: Path) -> None:
     run = _run(route_copy, SERVE_ROUTE)
     assert run.returncode == 0, run.stderr[-3000:]
@@ -434,6 +436,7 @@ def test_a_route_added_by_the_recipe_is_served_everywhere(route_copy: Path) -> N
     assert out["metrics"]
 
 
+@pytest.mark.process
 def test_each_step_of_the_route_recipe_is_needed(tmp_path: Path) -> None:
     use = "from reweighter.wire.calls import get_call\nget_call('toy')\n"
     run = _run(_route_copy(tmp_path / "no-call", call=False), use)

@@ -239,6 +239,7 @@ def test_the_pickone_config_parses_with_the_papers_reward() -> None:
     assert cfg.reweighter.method == "mmr" and cfg.reweighter.params == {}
 
 
+@pytest.mark.process
 def test_collect_only_writes_the_decision_and_its_plots(tmp_path: Path) -> None:
     """results.json carries "decision" (verdict, rule, per_seed) from finished GRPO and MMR runs,
     and the plots draw the paired curves and the per-seed ratios from it."""

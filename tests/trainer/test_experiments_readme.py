@@ -142,6 +142,7 @@ def test_the_audit_command_as_written() -> None:
     assert round(a["area_diff"]["mean"], 3) == 0.024 and round(a["delta_2x"], 3) == 0.091
 
 
+@pytest.mark.process
 def test_the_pilot_command_on_the_provisional_curves(tmp_path: Path) -> None:
     """`decision --pilot DIR N --paired-sd SD` (EXPERIMENTS.md's provisional table, with 1000
     experiments a row there; 40 here to stay quick): pilot.json and the printed table."""

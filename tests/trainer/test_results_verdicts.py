@@ -70,6 +70,7 @@ def test_committed_verdicts_recompute_from_the_curves(path: Path) -> None:
         assert anc.returncode == 0, f"{commit} is not strictly before {first_data}"
 
 
+@pytest.mark.process
 def test_collect_writes_the_shape_and_verdicts_that_recompute(tmp_path: Path) -> None:
     """Synthetic runs through the real collect path: GRPO at 0.3; MMR clearly above it (speeds
     up), DRA level with it and tight (refuted: its upper bound is under delta_2x)."""

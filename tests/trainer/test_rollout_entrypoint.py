@@ -1,5 +1,6 @@
-"""services/rollout/entrypoint.sh: env vars -> `trl vllm-serve` flags that TRL's own parser
-accepts and turns into the `vllm serve` command (vLLM itself cannot run here: no GPU)."""
+"""services/rollout/entrypoint.sh: env vars -> the `vllm serve` command TRL 1.16 documents for
+GRPOTrainer's server mode (vLLM itself cannot run here: no GPU; tests/trainer/test_rollout_cpu.py
+runs the real one on CPU). A fake `vllm` on PATH prints its argv and the dev-mode variable."""
 
 from __future__ import annotations
 
@@ -12,58 +13,86 @@ from pathlib import Path
 import pytest
 
 ENTRYPOINT = Path(__file__).resolve().parents[2] / "services" / "rollout" / "entrypoint.sh"
+FAKE = (
+    "import json, os, sys\n"
+    "print(json.dumps([os.environ.get('VLLM_SERVER_DEV_MODE'), *sys.argv[1:]]))\n"
+)
 
 
 def _run(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
-    fake_trl = tmp_path / "bin" / "trl"
-    fake_trl.parent.mkdir(exist_ok=True)
-    fake_trl.write_text(f"#!{sys.executable}\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n")
-    fake_trl.chmod(0o755)
-    base = {"PATH": f"{fake_trl.parent}:{os.environ['PATH']}"}
+    fake = tmp_path / "bin" / "vllm"
+    fake.parent.mkdir(exist_ok=True)
+    fake.write_text(f"#!{sys.executable}\n{FAKE}")
+    fake.chmod(0o755)
+    base = {"PATH": f"{fake.parent}:{os.environ['PATH']}"}
     return subprocess.run(
         ["bash", str(ENTRYPOINT)], env={**base, **env}, capture_output=True, text=True, timeout=30
     )
 
 
-def _vllm_command(argv: list[str]) -> list[str]:
-    from trl.scripts.vllm_serve import build_command, make_parser
-
-    assert argv[0] == "vllm-serve"
-    (script_args, extra) = make_parser().parse_args_and_config(
-        argv[1:], return_remaining_strings=True
-    )
-    return build_command(script_args, extra)
-
-
-def test_env_becomes_trl_vllm_serve_flags(tmp_path):
-    proc = _run(
-        tmp_path,
-        {
-            "MODEL": "Qwen/Qwen2.5-0.5B-Instruct",
-            "TENSOR_PARALLEL_SIZE": "2",
-            "GPU_MEMORY_UTILIZATION": "0.5",
-            "MAX_MODEL_LEN": "4096",
-            "PORT": "8123",
-            "ENABLE_PREFIX_CACHING": "true",
-            "EXTRA_ARGS": "--seed 7",
-        },
-    )
+def _serve(proc: subprocess.CompletedProcess) -> list[str]:
+    """The argv after `vllm`, checked to be `serve` in dev mode."""
     assert proc.returncode == 0, proc.stderr
-    cmd = _vllm_command(json.loads(proc.stdout))
-    serve = cmd[cmd.index("serve") :]
-    pairs = {serve[i]: serve[i + 1] for i in range(len(serve) - 1)}
-    assert serve[1] == "Qwen/Qwen2.5-0.5B-Instruct"
+    dev, *argv = json.loads(proc.stdout)
+    assert dev == "1" and argv[0] == "serve"
+    return argv
+
+
+def _last(argv: list[str], flag: str) -> str:
+    """The value vLLM's argparse keeps for `flag` (the last one given)."""
+    return [argv[i + 1] for i, a in enumerate(argv) if a == flag][-1]
+
+
+def test_the_documented_trl_settings(tmp_path):
+    """TRL 1.16 (trl.generation.vllm_client's docstring, trl.scripts.vllm_serve.build_command):
+    VLLM_SERVER_DEV_MODE=1 vllm serve MODEL --weight-transfer-config '{"backend": "nccl"}'
+    --logprobs-mode processed_logprobs --max-logprobs -1."""
+    from trl.scripts.vllm_serve import ScriptArguments, build_command
+
+    argv = _serve(_run(tmp_path, {"MODEL": "Qwen/Qwen2.5-0.5B-Instruct"}))
+    assert argv[1] == "Qwen/Qwen2.5-0.5B-Instruct"
+    assert json.loads(_last(argv, "--weight-transfer-config")) == {"backend": "nccl"}
+    assert _last(argv, "--logprobs-mode") == "processed_logprobs"
+    assert _last(argv, "--max-logprobs") == "-1"
+    # Every flag TRL's own (deprecated) launcher sets is set here too, or left at vLLM's default.
+    trl = build_command(ScriptArguments(model="m"))
+    trl_flags = {a for a in trl[trl.index("serve") :] if a.startswith("--")}
+    vllm_defaults = {"--kv-cache-dtype", "--model-impl"}  # TRL passes "auto", vLLM's default
+    assert trl_flags - vllm_defaults <= set(argv), trl_flags - set(argv)
+
+
+def test_env_becomes_vllm_serve_flags(tmp_path):
+    argv = _serve(
+        _run(
+            tmp_path,
+            {
+                "MODEL": "Qwen/Qwen2.5-0.5B-Instruct",
+                "TENSOR_PARALLEL_SIZE": "2",
+                "GPU_MEMORY_UTILIZATION": "0.5",
+                "MAX_MODEL_LEN": "4096",
+                "PORT": "8123",
+                "ENABLE_PREFIX_CACHING": "true",
+                "EXTRA_ARGS": "--seed 7",
+            },
+        )
+    )
+    pairs = {argv[i]: argv[i + 1] for i in range(len(argv) - 1)}
     assert pairs["--tensor-parallel-size"] == "2" and pairs["--data-parallel-size"] == "1"
     assert pairs["--gpu-memory-utilization"] == "0.5" and pairs["--max-model-len"] == "4096"
     assert pairs["--host"] == "0.0.0.0" and pairs["--port"] == "8123"
-    assert "--enable-prefix-caching" in serve and pairs["--seed"] == "7"
-    assert json.loads(pairs["--weight-transfer-config"]) == {"backend": "nccl"}
+    assert "--enable-prefix-caching" in argv and pairs["--seed"] == "7"
+
+
+def test_prefix_caching_false_and_nonsense(tmp_path):
+    argv = _serve(_run(tmp_path, {"MODEL": "m", "ENABLE_PREFIX_CACHING": "false"}))
+    assert "--no-enable-prefix-caching" in argv
+    proc = _run(tmp_path, {"MODEL": "m", "ENABLE_PREFIX_CACHING": "yes"})
+    assert proc.returncode == 2 and "ENABLE_PREFIX_CACHING" in proc.stderr
 
 
 def test_defaults_leave_max_model_len_to_vllm(tmp_path):
-    proc = _run(tmp_path, {"MODEL": "m"})
-    cmd = _vllm_command(json.loads(proc.stdout))
-    assert "--max-model-len" not in cmd and cmd[cmd.index("--port") + 1] == "8000"
+    argv = _serve(_run(tmp_path, {"MODEL": "m"}))
+    assert "--max-model-len" not in argv and _last(argv, "--port") == "8000"
 
 
 @pytest.mark.parametrize("env", [{}, {"MODEL": ""}])
@@ -73,25 +102,20 @@ def test_model_is_required(tmp_path, env):
 
 
 def test_device_cpu_is_eager_with_a_bounded_kv_cache_and_the_gloo_engine(tmp_path):
-    """DEVICE=cpu (scripts/rollout-cpu.sh, the CPU image): vLLM's argparse keeps the last
-    --weight-transfer-config, so ours replaces the NCCL one TRL puts first."""
-    proc = _run(tmp_path, {"MODEL": "m", "DEVICE": "cpu"})
-    assert proc.returncode == 0, proc.stderr
-    cmd = _vllm_command(json.loads(proc.stdout))
-    assert "--enforce-eager" in cmd
-    configs = [json.loads(cmd[i + 1]) for i, a in enumerate(cmd) if a == "--weight-transfer-config"]
-    assert configs[-1] == {"backend": "gloo"} and configs[0] == {"backend": "nccl"}
-    import argparse
-
-    last = argparse.ArgumentParser()
-    last.add_argument("--weight-transfer-config")
-    known, _ = last.parse_known_args(cmd)
-    assert json.loads(known.weight_transfer_config) == {"backend": "gloo"}
+    """DEVICE=cpu (scripts/rollout-cpu.sh, the CPU image): the gloo weight-transfer engine
+    (reweighter_trainer.rollout's vLLM plugin), with TRL's logprob settings kept."""
+    argv = _serve(_run(tmp_path, {"MODEL": "m", "DEVICE": "cpu"}))
+    assert "--enforce-eager" in argv
+    flag = "--weight-transfer-config"
+    configs = [json.loads(argv[i + 1]) for i, a in enumerate(argv) if a == flag]
+    assert configs == [{"backend": "gloo"}]
+    assert _last(argv, "--logprobs-mode") == "processed_logprobs"
+    assert _last(argv, "--max-logprobs") == "-1"
 
 
 def test_device_cpu_exports_the_kv_cache_space(tmp_path):
     """The default share of memory is 90 % of the RAM on CPU: the entrypoint bounds it."""
-    fake = tmp_path / "bin" / "trl"
+    fake = tmp_path / "bin" / "vllm"
     fake.parent.mkdir()
     fake.write_text("#!/bin/sh\necho KV=$VLLM_CPU_KVCACHE_SPACE\n")
     fake.chmod(0o755)
@@ -106,7 +130,7 @@ def test_device_cpu_exports_the_kv_cache_space(tmp_path):
 def test_device_cpu_without_a_cxx_compiler_runs_the_sampler_eagerly(tmp_path):
     """vLLM's CPU sampler torch.compiles one function even when eager; inductor needs a C++
     compiler, which the slim CPU image lacks (the engine died on the first sampled token)."""
-    fake = tmp_path / "bin" / "trl"
+    fake = tmp_path / "bin" / "vllm"
     fake.parent.mkdir()
     fake.write_text("#!/bin/sh\necho DYNAMO=$TORCHDYNAMO_DISABLE\n")
     fake.chmod(0o755)

@@ -91,6 +91,7 @@ torch.save(got, sys.argv[3])
 """
 
 
+@pytest.mark.process
 def test_gloo_wire_between_two_processes(free_port, tmp_path):
     """Rank 0 hosts the store and broadcasts; rank 1 (another process) gets every tensor, bit
     for bit, by name."""

@@ -24,8 +24,7 @@ def test_smoke_config_parses():
 def test_overrides_are_typed_and_dotted():
     cfg = _cfg(
         "max_steps=7",
-        "reweighter.url=null",
-        "reweighter.grpc=h:1",
+        "reweighter.url=grpc://h:1",
         "reweighter.method=mmr",
         "reweighter.params.lambda=0.25",
     )
@@ -40,7 +39,8 @@ def test_overrides_are_typed_and_dotted():
         (["reweighter.method=nope"], "reweighter.method"),
         (["reweighter.params.similarity_floor=abc"], "reweighter.params.similarity_floor"),
         (["reweighter.method=mmr", "reweighter.params.lambda=2"], "reweighter.params.lambda"),
-        (["reweighter.grpc=h:1"], "not both"),
+        (["reweighter.grpc=h:1"], "reweighter.grpc is gone: the backend is one URL"),
+        (["reweighter.backend=inprocess"], "reweighter.backend is gone: the backend is one URL"),
         (["reweighter.long_text=tail"], "reweighter.long_text"),
         (["reweighter.colour=red"], "reweighter.colour"),
         (["dataset.name=imagenet"], "dataset.name"),

@@ -17,7 +17,7 @@ from reweighter.types import Group, ReweightRequest
 from reweighter_trainer.data import load_arith_rows
 from reweighter_trainer.rewards import accuracy_reward, format_reward
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.trainer  # reweighter-train runs
 ANSWERS = {r["prompt"]: r["answer"] for r in load_arith_rows()}
 
 
@@ -72,7 +72,7 @@ def test_smoke_run_against_live_service(reweighter_service, run_cli, tmp_path, t
         target = [f"reweighter.url={reweighter_service.http_url}"]
         client = ReweighterClient(reweighter_service.http_url)
     else:
-        target = ["reweighter.url=null", f"reweighter.grpc={reweighter_service.grpc_target}"]
+        target = [f"reweighter.url=grpc://{reweighter_service.grpc_target}"]
         client = GrpcReweighterClient(reweighter_service.grpc_target)
     proc = run_cli([*target, f"output_dir={out}", f"reweighter.trace_dir={out}/trace"])
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from reweighter.integrations.options import ReweighterOptions
 from reweighter.integrations.trl import ReweightedReward, reweighted
 from reweighter.types import Group, ReweightRequest
 
@@ -83,7 +84,8 @@ def test_eval_group_size_is_used_when_it_fits(engine):
 
 def test_advantages_mode_returns_the_backends_advantages(engine):
     backend = Recording(engine)
-    f = ReweightedReward([has_x], backend, num_generations=3, advantages="grpo")
+    f = ReweightedReward([has_x], backend, num_generations=3,
+                         options=ReweighterOptions(advantages="grpo"))
     out = f(PROMPTS, COMPLETIONS)
     direct = engine.reweight(backend.requests[0])
     assert out == pytest.approx([a for g in direct.groups for a in g.advantages], abs=1e-6)

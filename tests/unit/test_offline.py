@@ -81,6 +81,7 @@ def test_invalid_json_line(tmp_path: Path, capsys) -> None:
     assert "line 2" in capsys.readouterr().err and not dst.exists()
 
 
+@pytest.mark.process
 def test_console_script_on_texts_with_the_real_model(tmp_path: Path) -> None:
     src, dst = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     texts = [

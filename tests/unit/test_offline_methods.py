@@ -25,6 +25,7 @@ def run(tmp_path: Path, lines: list[dict], *flags: str) -> tuple[int, list[dict]
     return proc.returncode, out, proc.stderr
 
 
+@pytest.mark.process
 def test_darling_and_pass_at_k_offline(tmp_path: Path) -> None:
     g = {"rewards": [1.0, 1.0, 0.5, 0.0], "embeddings": E4, "answers": ["4", "4", "5", None]}
     code, out, err = run(tmp_path, [g], "--method", "darling")
@@ -41,6 +42,7 @@ def test_darling_and_pass_at_k_offline(tmp_path: Path) -> None:
     assert code == 2 and "advantage_params.k" in err
 
 
+@pytest.mark.process
 def test_outcome_ucb_offline_steps_in_order(tmp_path: Path) -> None:
     def line(step: int, answers: list[str]) -> dict:
         emb = [[1.0, float(i)] for i in range(len(answers))]

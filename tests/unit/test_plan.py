@@ -152,3 +152,69 @@ def test_the_row_bound_holds(rows: int) -> None:
     jobs = [J([1]) for _ in range(10)]
     got = plan([Req(jobs, seq=1)], budget(10_000, rows=rows, slice_tokens=10_000))
     assert sum(r.end - r.start for s in got for r in s.ranges) == rows
+
+
+# -- tenants: shares by weight first, then the rule above within a tenant ----------------------
+
+
+@dataclass(eq=False)
+class TReq(Req):
+    """A request of a tenant (PendingRequest's optional `tenant` and `weight`)."""
+
+    tenant: str = "default"
+    weight: float = 1.0
+
+
+def tokens_of(round_: list[Slice]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for s in round_:
+        for r in s.ranges:
+            out[s.request.tenant] = out.get(s.request.tenant, 0) + 10 * (r.end - r.start)
+    return out
+
+
+def test_one_tenant_plans_exactly_as_without_tenants() -> None:
+    """The single-key or open service: requests of the one tenant "default" (or all of one
+    named tenant) give the very round the rule gives without tenant attributes."""
+    def reqs(cls, **kw):  # noqa: ANN001, ANN202, ANN003
+        return [cls([J([10, 20]), J([30])], seq=1, **kw), cls([J([25] * 6)], seq=2, **kw)]
+
+    plain = taken(plan(reqs(Req), budget(120, slice_tokens=30)))
+    assert taken(plan(reqs(TReq, tenant="team-a"), budget(120, slice_tokens=30))) == plain
+    assert taken(plan(reqs(TReq), budget(120, slice_tokens=30), {"default": 5.0})) == plain
+
+
+def test_the_tenant_with_least_service_per_weight_anchors() -> None:
+    """rows=1: the anchor alone. Without shares the older request anchors (team-a's); with
+    team-a's virtual time ahead, team-b's request anchors though it came later."""
+    a, b = TReq([J([5])], seq=1, tenant="team-a"), TReq([J([5])], seq=2, tenant="team-b")
+    assert taken(plan([a, b], budget(100, rows=1))) == [(1, [(5, 0, 1)])]
+    got = plan([a, b], budget(100, rows=1), {"team-a": 50.0, "team-b": 10.0})
+    assert taken(got) == [(2, [(5, 0, 1)])]
+
+
+def test_two_backlogged_tenants_split_a_round_by_weight() -> None:
+    """120 padded tokens of 10-token pieces: 12 rows. Weights 3:1 -> parts of 90 and 30
+    tokens: the flood tenant (weight 3, many requests) gets 9 rows, the other 3, whatever
+    the flood's request count; with equal weights 6 and 6."""
+    def flood(w: float) -> list[TReq]:
+        return [TReq([J([10] * 8)], seq=i, tenant="flood", weight=w) for i in range(1, 9)]
+
+    light = TReq([J([10] * 8)], seq=20, tenant="light", turn=0)
+    shares = {"flood": 0.0, "light": 0.0}
+    got = plan([*flood(3.0), light], budget(120, slice_tokens=10), shares)
+    assert tokens_of(got) == {"flood": 90, "light": 30}
+    got = plan([*flood(1.0), light], budget(120, slice_tokens=10), shares)
+    assert tokens_of(got) == {"flood": 60, "light": 60}
+
+
+def test_a_light_tenant_served_whole_gets_a_short_round() -> None:
+    """The light tenant's request (2 pieces, 20 tokens) is all it has: it anchors, the flood
+    (weight 2) adds twice its tokens (4 pieces, none longer than the light's: no padding) and
+    the round ends there (not 12 rows), so the light job's answer waits for a short round."""
+    flood = [TReq([J([40]), J([10] * 8)], seq=i, tenant="flood", weight=2.0, turn=1)
+             for i in range(1, 6)]  # fmt: skip
+    light = TReq([J([10]), J([10])], seq=9, tenant="light")
+    got = plan([*flood, light], budget(120, slice_tokens=30), {"flood": 5.0, "light": 5.0})
+    assert tokens_of(got) == {"light": 20, "flood": 40}
+    assert got[0].request is light

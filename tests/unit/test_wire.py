@@ -261,12 +261,14 @@ def test_a_stored_round_answers_every_groupstats_field_the_wire_has() -> None:
                      input="embedding", dim=2)  # fmt: skip
     stats = GroupStats(0.25, 0.5, 1.5, 2, 3)
     stored = RoundResult(round=0, meta=meta, complete=True, ids=["a"], raw=[1.0],
-                         digests=["d"], rewards=[0.5], advantages=None, stats=stats)  # fmt: skip
+                         digests=[{"embedding": "d"}], rewards=[0.5], advantages=None,
+                         stats=stats)  # fmt: skip
     back = RoundResult.load(stored.dump())
     assert back.answer("g", 0).stats == stats
     assert {f.name for f in dataclasses.fields(GroupStats)} <= set(
         json.loads(stored.dump())["stats"]
     )
     short = RoundResult(round=0, meta=meta, complete=False, ids=["a"], raw=[1.0],
-                        digests=["d"], rewards=[1.0], advantages=None, stats=None)  # fmt: skip
+                        digests=[{"embedding": "d"}], rewards=[1.0], advantages=None,
+                        stats=None)  # fmt: skip
     assert RoundResult.load(short.dump()).answer("g", 0).stats is None

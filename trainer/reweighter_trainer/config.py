@@ -4,8 +4,9 @@
     dataset:    {name: arith | wordmath | wordadd | pickone | picktwo | gsm8k | math, ...}
     rewards:    {name: weight}: accuracy, format, final_answer, correct, answer_format, cosine
                 (the papers' reward: {answer_format: 1.0, cosine: 2.0}; see rewards.py)
-    reweighter: ReweighterOptions (url, api_key, timeout_s, long_text, method, params,
-                advantages, advantage_params) + {backend, grpc, trace_dir}
+    reweighter: ReweighterOptions (url: http(s)://, grpc(s):// or inprocess://, api_key,
+                timeout_s, long_text, method, params, advantages, advantage_params)
+                + {trace_dir}
     rollout:    {weight_sync: auto | gloo | nccl, sync_address} (use_vllm, vllm_mode: server)
 
 Everything here is checked before any model or dataset is loaded, so a typo costs a second,
@@ -60,50 +61,44 @@ class DatasetSection(BaseModel):
 class ReweighterSection(ReweighterOptions):
     """The `reweighter:` section: ReweighterOptions (reweighter.integrations.options: every
     option's name, default, validation and documentation, the same as TRL's `reweighted`,
-    verl's, slime's and SkyRL's), with the trainer's own ways to name the backend, and its
-    trace. One default differs, said here: no `url` means the in-process engine."""
+    verl's, slime's and SkyRL's) plus the trainer's trace. The backend is one URL, `url`:
+    http(s)://host:port, grpc(s)://host:port or inprocess:// (the engine in this process)."""
 
     model_config = ConfigDict(extra="forbid")
-    backend: Literal["http", "grpc", "inprocess"] | None = None
-    """Inferred from url / grpc when omitted; "inprocess" loads the embedding model here."""
-    url: str | None = None  # type: ignore[assignment]
-    """A connect() URL as the options' (http(s)://, grpc(s)://, inprocess); none: in process."""
-    grpc: str | None = None
-    """host:port of a gRPC service (the same as url: grpc://host:port)."""
     trace_dir: str | None = None
     """Write every batch's slices and backend requests/results as JSONL here (audits, tests)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_url(cls, given: Any) -> Any:
+        """The old ways to name the backend are refused, naming the one that replaced them."""
+        if isinstance(given, dict):
+            for old, example in OLD_KEYS.items():
+                if given.get(old) is not None:
+                    raise ValueError(
+                        f"reweighter.{old} is gone: the backend is one URL, reweighter.url "
+                        f"(e.g. {example})"
+                    )
+            given = {k: v for k, v in given.items() if k not in OLD_KEYS}
+        return given
 
     @model_validator(mode="after")
     def _backend(self) -> ReweighterSection:
         if not self.api_key:  # `reweighter.api_key=` from an unset env var means none
             self.api_key = None
-        if self.backend is None:
-            given = [b for b, v in (("http", self.url), ("grpc", self.grpc)) if v]
-            if len(given) > 1:
-                raise ValueError("give reweighter.url or reweighter.grpc, not both")
-            self.backend = _scheme(self.url) if self.url else given[0] if given else "inprocess"
-        if self.backend == "http" and not self.url:
-            raise ValueError("reweighter.backend 'http' needs reweighter.url")
-        if self.backend == "grpc" and not (self.grpc or _scheme(self.url or "") == "grpc"):
-            raise ValueError("reweighter.backend 'grpc' needs reweighter.grpc (host:port)")
         self.check_backend(lambda name: f"reweighter.{name}")  # the options' own rule
         return self
 
     @property
-    def target(self) -> str:
-        """The connect() URL of the backend (what `connect()` and the errors name)."""
-        if self.backend == "inprocess":
-            return "inprocess"
-        if self.backend == "grpc" and self.grpc:
-            return f"grpc://{str(self.grpc).removeprefix('grpc://')}"
-        return str(self.url)
+    def backend(self) -> Literal["http", "grpc", "inprocess"]:
+        """The kind of backend `url` names (connect() itself refuses an unknown scheme)."""
+        if self.url.startswith(("grpc://", "grpcs://")):
+            return "grpc"
+        return "inprocess" if self.url in ("inprocess", "inprocess://") else "http"
 
 
-def _scheme(url: str) -> Literal["http", "grpc", "inprocess"]:
-    """The backend a connect() URL names (connect() itself refuses an unknown scheme)."""
-    if url.startswith(("grpc://", "grpcs://")):
-        return "grpc"
-    return "inprocess" if url in ("inprocess", "inprocess://") else "http"
+OLD_KEYS = {"backend": "reweighter.url=inprocess://", "grpc": "reweighter.url=grpc://host:50051"}
+"""Keys of the `reweighter:` section before the backend was one URL."""
 
 
 class RolloutSection(BaseModel):

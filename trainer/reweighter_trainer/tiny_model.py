@@ -2,7 +2,7 @@
 
 Tests and the CPU smoke run need a real language model without downloading one: this builds it
 from a config, deterministically (fixed seed, fixed training corpus), and caches it in a
-directory that `from_pretrained` (and `trl vllm-serve`, or our fake of it) can load.
+directory that `from_pretrained` (and `vllm serve`, or our fake of it) can load.
 """
 
 from __future__ import annotations

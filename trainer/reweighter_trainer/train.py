@@ -137,7 +137,7 @@ def build_trainer(cfg: TrainConfig) -> tuple[Any, ReweightedReward]:
         backend=backend,
         num_generations=args.num_generations,
         num_generations_eval=args.num_generations_eval,
-        **cfg.reweighter.request(),  # method, params, advantages, advantage_params
+        options=cfg.reweighter,  # method, params, advantages, advantage_params
         answer_func=pick_answers if cfg.dataset.name in PICK_TASKS else None,
         on_result=on_result,
     )

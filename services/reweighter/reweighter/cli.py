@@ -12,6 +12,7 @@ from . import __version__
 from .config import add_settings_flags, settings_from_args
 from .errors import server_extra_missing
 from .methods.catalog import method_names, parameters
+from .methods.estimators import ESTIMATORS, estimator_names
 from .types import DEFAULT_METHOD, AdvantageKind
 
 # The Settings fields the offline and demo commands take (serve takes them all).
@@ -44,23 +45,20 @@ def _add_method_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--advantages",
         default=AdvantageKind.NONE.value,
-        choices=[k.value for k in AdvantageKind],
+        choices=estimator_names(),
         help="advantages computed after reweighting (default %(default)s)",
     )
-    p.add_argument(
-        "--pass-k",
-        type=int,
-        default=None,
-        metavar="K",
-        help="pass_at_k: k of pass@k (advantage_params.k; 1 <= k <= group size)",
-    )
-    p.add_argument(
-        "--pass-success-threshold",
-        type=float,
-        default=None,
-        metavar="VALUE",
-        help="pass_at_k: a completion succeeds when its reward is at least this (default 1.0)",
-    )
+    for spec in ESTIMATORS.values():  # one flag per parameter of the catalogue's estimators
+        for name, f in spec.params_model.model_fields.items():
+            flag = f"--{spec.flags or spec.name}-{name}".replace("_", "-")
+            p.add_argument(
+                flag,
+                dest=f"adv:{name}",
+                type=_flag_value,
+                default=None,
+                metavar=name.upper() if f.annotation is int else "VALUE",
+                help=f"{spec.name}: {f.description} (advantage_params.{name})",
+            )
 
 
 def _flag_value(text: str) -> Any:
@@ -145,14 +143,13 @@ def _run_reweight(args: argparse.Namespace) -> int:
 
 
 def _advantage_params(args: argparse.Namespace) -> dict[str, Any]:
-    """--pass-k / --pass-success-threshold as the request's advantage_params (the engine
-    judges them: a k with another estimator is refused naming advantage_params.k)."""
-    out: dict[str, Any] = {}
-    if args.pass_k is not None:
-        out["k"] = args.pass_k
-    if args.pass_success_threshold is not None:
-        out["success_threshold"] = args.pass_success_threshold
-    return out
+    """The estimators' flags given (`--pass-k`, ...) as the request's advantage_params (the
+    engine judges them: a k with another estimator is refused naming advantage_params.k)."""
+    return {
+        key.removeprefix("adv:"): value
+        for key, value in vars(args).items()
+        if key.startswith("adv:") and value is not None
+    }
 
 
 def _run_demo(args: argparse.Namespace) -> int:

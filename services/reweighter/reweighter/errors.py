@@ -84,6 +84,10 @@ class Unauthenticated(ReweighterError, status=(401, "UNAUTHENTICATED")):
     costs no parsing."""
 
 
+class ModelNotFound(ReweighterError, status=(404, "NOT_FOUND")):
+    """A request naming a model this service does not serve (the OpenAI API's `model`)."""
+
+
 # -- group assembly (issue 12) ---------------------------------------------------------------
 
 
@@ -103,6 +107,11 @@ class StoreUnavailable(ReweighterError, status=(503, "UNAVAILABLE")):
 class MemoryUnavailable(ReweighterError, status=(503, "UNAVAILABLE")):
     """The answer memory across steps (Redis) cannot be reached: a method that needs it
     (outcome_ucb) answers nothing rather than counts from an empty memory; clients retry."""
+
+
+class DeadlineExceeded(ReweighterError, status=(504, "DEADLINE_EXCEEDED")):
+    """The request's deadline (gRPC's, or the HTTP `x-request-timeout` header) passed, or its
+    client went away, before it was computed: dropped unserved and counted."""
 
 
 # -- client side -----------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from . import logs
 from .config import Settings, add_settings_flags, settings_from_args
 from .service import BackgroundService, Service
 from .shutdown import exit_now, exit_watchdog
+from .tenancy import TenantsFileError
 
 log = logging.getLogger("reweighter.server")
 
@@ -45,7 +46,7 @@ def main(args: argparse.Namespace) -> int:
     logs.install()  # no credentials in any line, no floods of one repeated line
     try:
         return asyncio.run(_serve_until_signal(settings, args.shutdown_grace))
-    except OSError as e:  # a port in use, an unknown host
+    except (OSError, TenantsFileError) as e:  # a port in use, an unknown host, a bad file
         log.error("cannot start: %s", e)
         return 2
 
@@ -57,10 +58,12 @@ async def _serve_until_signal(settings: Settings, grace: float) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, service.request_stop)
+    # key rotation without a restart: the tenants file is read again (a bad one is refused)
+    loop.add_signal_handler(signal.SIGHUP, service.tenants.reload)
     try:
         return await service.wait()
     finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(sig)
         # a second signal while draining forces the exit
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -29,6 +29,7 @@ from .api.http.connections import ConnectionGuard, connection_limits, guarded_pr
 from .config import Settings
 from .engine.surface import EngineSurface
 from .shutdown import draining
+from .tenancy import Tenants
 
 log = logging.getLogger("reweighter.server")
 
@@ -99,6 +100,8 @@ class Service:
         from .assembly import GroupAssembler, make_store
 
         s = self.settings
+        # who may call, shared by both transports: a reload (SIGHUP) applies to both at once
+        self.tenants = Tenants.from_settings(s)
         # the transports reach the engine through the drain: see stop()
         drained, self.draining = draining(self.engine)
         self.metrics = Metrics(self.engine)
@@ -106,13 +109,17 @@ class Service:
         self.assembler = GroupAssembler(drained, make_store(s), s)
         await self.assembler.start()
         self.metrics.watch_assembly(self.assembler)
-        self.app = create_app(drained, s, metrics=self.metrics, assembler=self.assembler)
+        self.app = create_app(
+            drained, s, metrics=self.metrics, assembler=self.assembler, tenants=self.tenants
+        )
         # uvicorn runs with lifespan="off" (the Service starts and stops both transports), so
         # the app's lifespan runs here: its shutdown releases what routes hold (the OpenRLHF
         # route's upstream connection pool) once the HTTP server has closed, see stop()
         self._app_lifespan = self.app.router.lifespan_context(self.app)
         await self._app_lifespan.__aenter__()
-        self.grpc = create_grpc_server(drained, s, metrics=self.metrics, assembler=self.assembler)
+        self.grpc = create_grpc_server(
+            drained, s, metrics=self.metrics, assembler=self.assembler, tenants=self.tenants
+        )
         self.grpc_port = self.grpc.port
         sock = _bind(s.host, s.http_port)
         self.http_port = sock.getsockname()[1]

@@ -9,9 +9,9 @@ a string into a member exactly once (`parse_name`), naming the field when it is 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import MISSING, dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import Any, Literal, NotRequired, TypeVar
 
 from typing_extensions import TypedDict  # pydantic (FastAPI's response_model) needs it on 3.11
 
@@ -34,7 +34,9 @@ DEFAULT_METHOD = Method.DRA
 
 
 class AdvantageKind(StrEnum):
-    """Group-relative advantage estimators computed after reweighting (methods/advantages.py)."""
+    """The built-in advantage estimators, as typed constants. The set the service accepts is
+    their catalogue (reweighter.methods.estimators), which lists these and any added one: code
+    judges a name against the catalogue, never against this enum."""
 
     GRPO = "grpo"
     DR_GRPO = "dr_grpo"
@@ -48,9 +50,22 @@ class LongTextPolicy(StrEnum):
     HEAD = "head"
     TAIL = "tail"
     CHUNK_MEAN = "chunk_mean"
+    SPREAD = "spread"
 
 
 E = TypeVar("E", bound=StrEnum)
+
+MemberRole = Literal["key", "shared", "payload", "call"]
+"""What a MemberSubmission field is to group assembly, said once where the field is defined;
+the member path is derived from it (reweighter.assembly):
+- "key": names the group or the member (group_id, member_id);
+- "shared": every member of a round gives the same: stored in the round's GroupMeta, a member
+  that differs is a 409 naming the field, and the rebuilt request carries it (a ReweightRequest
+  field of that name, a Group field of that name, or group_size: the group's length);
+- "payload": the member's own value, one item of the Group list of the plural name (reward ->
+  rewards): stored with the member and covered by its digests, so a resend that differs in it is
+  a 409 naming the field;
+- "call": how this call waits (timeout_s, reuse_ids): no part of the result."""
 
 
 def parse_name(kind: type[E], value: object, field: str, what: str) -> E:
@@ -72,13 +87,16 @@ def wire(
     schema: str | None = None,
     in_path: bool = False,
     matrix: str | None = None,
+    member: MemberRole | None = None,
 ) -> Any:
     """A field of a wire message, documented once: reweighter.wire derives the HTTP model (its
     description, `minItems` when `non_empty`, absent from answers when None and `omit_none`,
     the JSON schema named by `schema`; carried in the URL path, not the body, when `in_path`;
     a float32 matrix whose width is the field named by `matrix`: rows in JSON, one packed
-    array in the proto), the client's body and the protobuf mapping from it."""
+    array in the proto), the client's body and the protobuf mapping from it. `member` (on
+    MemberSubmission alone) says what the field is to group assembly: see MemberRole."""
     meta = {
+        "member": member,
         "doc": doc,
         "non_empty": non_empty,
         "omit_none": omit_none,
@@ -227,27 +245,35 @@ class MemberSubmission:
     in, so the answer never depends on arrival order. Give `completion` or `embedding`.
     """
 
-    group_id: str = wire("the group", in_path=True)
-    member_id: str = wire("unique in the group; sets the group's order")
-    group_size: int = wire("distinct members that make the group whole")
-    reward: float = wire("the member's base reward")
-    completion: str | None = wire("the completion; or give `embedding`", None)
-    embedding: Sequence[float] | None = wire("a precomputed vector (or a [D] array)", None)
-    method: Method | str = wire("reweighting method (see GET /v1/info)", DEFAULT_METHOD)
+    group_id: str = wire("the group", in_path=True, member="key")
+    member_id: str = wire("unique in the group; sets the group's order", member="key")
+    group_size: int = wire("distinct members that make the group whole", member="shared")
+    reward: float = wire("the member's base reward", member="payload")
+    completion: str | None = wire("the completion; or give `embedding`", None, member="payload")
+    embedding: Sequence[float] | None = wire(
+        "a precomputed vector (or a [D] array)", None, member="payload"
+    )
+    method: Method | str = wire(
+        "reweighting method (see GET /v1/info)", DEFAULT_METHOD, member="shared"
+    )
     params: Mapping[str, Any] = wire(
-        "as /v1/reweight; the same for every member", factory=dict, schema="method_params"
+        "as /v1/reweight; the same for every member",
+        factory=dict,
+        schema="method_params",
+        member="shared",
     )
     advantages: AdvantageKind | str = wire(
-        "advantage estimator computed after reweighting", AdvantageKind.NONE
+        "advantage estimator computed after reweighting", AdvantageKind.NONE, member="shared"
     )
     timeout_s: float | None = wire(
-        "seconds to wait for the group; server default and cap if absent/over", None
+        "seconds to wait for the group; server default and cap if absent/over", None, member="call"
     )
     """None: the server default (`assembly_timeout_s`); capped at `assembly_max_timeout_s`."""
     reuse_ids: bool = wire(
         "true: member ids are reused across rounds of this group id on purpose, so a known id "
         "with another payload joins the next round instead of a 409",
         False,
+        member="call",
     )
     """False (the default): a member id already answered, sent with another payload, is a 409
     naming the field (a non-deterministic reward, an id collision). The same payload is a
@@ -256,19 +282,23 @@ class MemberSubmission:
         "the member's extracted final answer (null: none): darling's classes, outcome_ucb's "
         "counted outcome, stats.distinct_answers",
         None,
+        member="payload",
     )
     advantage_params: Mapping[str, Any] = wire(
         "as /v1/reweight (pass_at_k: k, success_threshold); the same for every member",
         factory=dict,
+        member="shared",
     )
     step: int | None = wire(
         "the trainer's global step, as /v1/reweight (outcome_ucb); the same for every member",
         None,
+        member="shared",
     )
     prompt_key: str | None = wire(
         "a stable key of the group's prompt across steps (outcome_ucb's memory); the same for "
         "every member",
         None,
+        member="shared",
     )
 
 
@@ -295,6 +325,11 @@ class MemberResult:
     rounds of the same group id had been answered (a late or extra member, or a reused id)."""
 
 
+def member_fields(role: MemberRole) -> tuple[str, ...]:
+    """MemberSubmission's fields of one role (MemberRole), in their order of definition."""
+    return tuple(f.name for f in fields(MemberSubmission) if f.metadata["member"] == role)
+
+
 class MethodInfo(TypedDict):
     description: str
     params: dict[str, Any]
@@ -315,3 +350,5 @@ class EngineInfo(TypedDict):
     methods: dict[str, MethodInfo]
     advantages: list[str]
     limits: dict[str, int]
+    tenant: NotRequired[str]
+    """The caller's tenant (transports add it; reweighter.tenancy)."""

@@ -19,6 +19,7 @@ from prometheus_client.registry import Collector
 from ..engine.surface import EngineSurface
 from ..errors import ReweighterError
 from ..methods.catalog import CATALOG
+from ..tenancy import Tenants, current_tenant
 from ..timings import collecting
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
@@ -42,6 +43,16 @@ _GROUP_FIGURES = {
         "reweighter_group_effective_size",
         "per group: n^2 / sum_ij max(0, s_ij), 1 for identical completions, n for orthogonal",
         _GROUP_BUCKETS,
+    ),
+    "mean_similarity": (
+        "reweighter_group_mean_similarity",
+        "per group: mean cosine similarity over distinct pairs of its completions",
+        _SHARE_BUCKETS,
+    ),
+    "lambda_": (
+        "reweighter_group_lambda",
+        "per MMR group: the relevance/diversity trade-off lambda it used",
+        _SHARE_BUCKETS,
     ),
     "zero_advantage_share": (
         "reweighter_zero_advantage_share",
@@ -105,6 +116,13 @@ class _EngineCollector(Collector):
             "prompt keys held by outcome_ucb's answer memory (all replicas, with Redis; -1: "
             "Redis unreachable)",
             memory.size() if memory is not None else 0,
+        )
+        yield _one(
+            CounterMetricFamily,
+            "reweighter_requests_dropped",
+            "requests dropped before they were computed: their deadline (gRPC's, or the HTTP "
+            "x-request-timeout header) passed or their client went away",
+            getattr(getattr(embedder, "batcher", None), "dropped", 0),
         )
         yield _one(
             CounterMetricFamily,
@@ -174,9 +192,51 @@ class _ConnectionCollector(Collector):
             yield _one(CounterMetricFamily, f"{prefix}_{name}", doc, getattr(g, name))
 
 
+class _TenantCollector(Collector):
+    """Per tenant of the file: its queue depth against its bound, its members waiting for
+    their groups here (label values: the file's names, never the client's)."""
+
+    def __init__(self, metrics: Metrics, tenants: Tenants) -> None:
+        self.metrics, self.tenants = metrics, tenants
+
+    def collect(self) -> Iterator[Any]:
+        table = self.tenants.table
+        batcher = getattr(self.metrics.engine.embedder, "batcher", None)
+        depth = GaugeMetricFamily(
+            "reweighter_tenant_queue_depth",
+            "per tenant: requests waiting in or being served by the embedding batcher "
+            "(the HPA's signal, summed; 429 at reweighter_tenant_max_queued)",
+            labels=["tenant"],
+        )
+        bound = GaugeMetricFamily(
+            "reweighter_tenant_max_queued", "per tenant: its max_queued bound", labels=["tenant"]
+        )
+        waiting = GaugeMetricFamily(
+            "reweighter_tenant_waiting_members",
+            "per tenant: group members waiting for their group on this instance",
+            labels=["tenant"],
+        )
+        assembler = self.metrics.assembler
+        for t in table.tenants:
+            pending = batcher.pending_of(t.name) if batcher is not None else 0
+            depth.add_metric([t.name], float(pending))
+            limit = t.max_queued if t.max_queued is not None else getattr(batcher, "max_queue", 0)
+            bound.add_metric([t.name], float(limit))
+            held = assembler.waiting_of(t.name) if assembler is not None else 0
+            waiting.add_metric([t.name], float(held))
+        yield depth
+        yield bound
+        yield waiting
+
+
 class Metrics:
     def __init__(self, engine: EngineSurface) -> None:
         self.engine = engine
+        self.tenants: Tenants | None = None
+        self.assembler: Any = None
+        self.tenant_requests: Counter | None = None
+        self.tenant_latency: Histogram | None = None
+        self.tenant_figures: dict[str, Histogram] = {}
         self._endpoints: set[str] = set()
         self._routes: Callable[[], Iterable[str]] = tuple
         self._route_count = -1
@@ -260,7 +320,40 @@ class Metrics:
 
     def watch_assembly(self, assembler: Any) -> None:
         """Export a GroupAssembler's counters and gauges (reweighter_assembly_*)."""
+        self.assembler = assembler
         self.registry.register(_AssemblyCollector(assembler))
+
+    def watch_tenants(self, tenants: Tenants) -> None:
+        """With a tenants file: the reweighter_tenant_* series, labelled by the file's tenant
+        names (a name not in the file, after a reload removed it, is "other"). Without one,
+        nothing is added: a single-key or open service exports what it always did."""
+        if self.tenants is not None or not tenants.table.configured:
+            return
+        self.tenants = tenants
+        labels = ["tenant", "transport", "endpoint"]
+        self.tenant_requests = Counter(
+            "reweighter_tenant_requests", "requests by tenant, transport, endpoint and outcome",
+            [*labels, "status"], registry=self.registry,
+        )  # fmt: skip
+        self.tenant_latency = Histogram(
+            "reweighter_tenant_request_duration_seconds",
+            "request latency by tenant, transport and endpoint",
+            labels, buckets=_LATENCY_BUCKETS, registry=self.registry,
+        )  # fmt: skip
+        self.tenant_figures = {
+            name: Histogram(
+                metric.replace("reweighter_", "reweighter_tenant_", 1), f"{doc}, by tenant",
+                ["tenant"], buckets=buckets, registry=self.registry,
+            )  # fmt: skip
+            for name, (metric, doc, buckets) in _GROUP_FIGURES.items()
+        }
+        self.registry.register(_TenantCollector(self, tenants))
+
+    def tenant_label(self, name: str | None = None) -> str:
+        """The caller's tenant as a label value: a name of the file, else "other"."""
+        name = current_tenant() if name is None else name
+        assert self.tenants is not None
+        return name if self.tenants.table.by_name(name) is not None else OTHER
 
     @contextmanager
     def track(self, transport: str, endpoint: str, method: str = "") -> Iterator[None]:
@@ -292,6 +385,12 @@ class Metrics:
                 self.encode_time.labels(transport, endpoint).observe(timings.encode_s)
             if timings is not None and timings.queue_s is not None:
                 self.queue_time.labels(transport, endpoint).observe(timings.queue_s)
+            if self.tenant_requests is not None and self.tenant_latency is not None:
+                tenant = self.tenant_label()
+                self.tenant_requests.labels(tenant, transport, endpoint, status).inc()
+                self.tenant_latency.labels(tenant, transport, endpoint).observe(
+                    time.perf_counter() - start
+                )
 
     def count_rejected(self, transport: str, endpoint: str, status: str) -> None:
         """Requests refused before reaching a handler (schema errors, oversized bodies, auth)."""
@@ -309,6 +408,10 @@ class Metrics:
         for name, values in telemetry.drain().items():
             for v in values:
                 self.group_figures[name].observe(v)
+        mine = getattr(telemetry, "drain_tenants", None)
+        for tenant, name, v in mine() if mine is not None else ():
+            if self.tenant_figures:
+                self.tenant_figures[name].labels(self.tenant_label(tenant)).observe(v)
 
     def _drain_batch_sizes(self) -> None:
         stats = getattr(self.engine.embedder, "stats", None)

@@ -27,23 +27,13 @@ import logging
 from ..config import Settings
 from ..engine.checks import check_member
 from ..engine.surface import EngineSurface
-from ..errors import Overloaded, PreconditionFailed, StoreUnavailable
+from ..errors import Conflict, Overloaded, PreconditionFailed, StoreUnavailable
 from ..limits import Limits
-from .machine import Added, Answered, Bounded, Exists, Full, Mismatch
+from ..tenancy import tenant_share
+from .machine import Added, Answered, Bounded, Exists, Full, Mismatch, answered, conflict
 from .pace import Pace
 from .records import Member, RoundResult, encode
-from .round import (
-    CLAIM_TTL_S,
-    GRACE_S,
-    AssemblyStats,
-    Context,
-    Round,
-    answer_of,
-    bounded,
-    differs,
-    mismatch,
-    same_payload,
-)
+from .round import CLAIM_TTL_S, GRACE_S, AssemblyStats, Context, Round, bounded
 from .store import AssemblyStore, stop_if_cancelled
 from .types import MemberResult, MemberSubmission
 
@@ -73,12 +63,18 @@ class GroupAssembler:
         self._rounds: dict[tuple[str, int], Round] = {}
         self._fill: asyncio.Task[None] | None = None
         self._waiting = 0
+        self._waiting_by: dict[str, int] = {}  # tenant -> members waiting here
+        self._open_by: dict[str, int] = {}  # tenant -> rounds with a member waiting here
         self._started = False
 
     @property
     def waiting(self) -> int:
         """Members waiting on this replica now."""
         return self._waiting
+
+    def waiting_of(self, tenant: str) -> int:
+        """Members of `tenant` waiting on this replica now."""
+        return self._waiting_by.get(tenant, 0)
 
     @property
     def pace(self) -> Pace:
@@ -138,23 +134,48 @@ class GroupAssembler:
             max_timeout_s=s.assembly_max_timeout_s,
         )
         m = encode(checked)
-        size = m.checked.group_size
-        deadline = asyncio.get_running_loop().time() + m.checked.timeout_s
         if self._waiting >= s.assembly_max_held_members:
             raise Overloaded(f"{self._waiting} members are already waiting here; retry later")
+        share = tenant_share(s.assembly_max_held_members)
+        if share is not None and self.waiting_of(m.tenant) >= share:
+            raise Overloaded(
+                f"tenant {m.tenant!r} has {share} members waiting here, its share of "
+                f"assembly_max_held_members; retry later",
+                field="assembly_max_held_members",
+            )
+        groups = tenant_share(s.assembly_max_open_groups)
+        if groups is not None and self._open_by.get(m.tenant, 0) >= groups and not any(
+            k == m.key for k, _ in self._rounds
+        ):
+            raise Overloaded(
+                f"tenant {m.tenant!r} has {groups} groups open here, its share of "
+                f"assembly_max_open_groups; retry later",
+                field="assembly_max_open_groups",
+            )
+        try:
+            return await self._add(m, sub.reuse_ids)
+        except (Conflict, PreconditionFailed) as e:  # machine.conflict's 409s, and Full's
+            self.stats.refused(e)
+            raise
+
+    async def _add(self, m: Member, reuse_ids: bool) -> MemberResult:
+        """Add m to its group's round and wait for its answer (the store's outcomes, matched
+        in this one place)."""
+        size = m.checked.group_size
+        deadline = asyncio.get_running_loop().time() + m.checked.timeout_s
         ttl = m.checked.timeout_s + GRACE_S + _OPEN_MARGIN_S
         after, seen = -1, None
         while True:  # at most three calls: its own answered round, the latest, the open one
-            add = self.store.add(m.gid, m.mid, m.meta, m.record, size, ttl, after)
+            add = self.store.add(m.key, m.mid, m.meta, m.record, size, ttl, after)
             match await bounded(self.store, add, deadline):
                 case Answered(round=rnd, result=result):
-                    if m.mid in result.ids and not (sub.reuse_ids and differs(result, m)):
-                        return answer_of(result, m, self.stats)  # a retry, or a 409
+                    if answer := answered(result, m, reuse_ids):  # a retry, or a 409
+                        self.stats.timeouts += 0 if answer.complete else 1
+                        return answer
                     after, seen = rnd, result
                 case Mismatch(meta=meta):
-                    raise mismatch(meta, m, self.stats)
+                    raise conflict(meta, None, m) or AssertionError("a mismatch that fits")
                 case Full(count=count):
-                    self.stats.conflicts += 1
                     self.stats.size_mismatch["full"] += 1
                     raise PreconditionFailed(
                         f"group {m.gid!r} already has its {count} members, none of them "
@@ -164,7 +185,8 @@ class GroupAssembler:
                 case Bounded(bound=bound):
                     raise Overloaded(f"too many {bound} held for assembly; retry later")
                 case Exists(round=rnd, count=count, record=record):
-                    same_payload(record.reward, record.digest, m, self.stats)
+                    if error := conflict(m.meta, (record.reward, record.digests), m):
+                        raise error
                     return await self._wait(m, rnd, count, deadline)
                 case Added(round=rnd, count=count):
                     if seen is not None:
@@ -173,18 +195,29 @@ class GroupAssembler:
 
     async def _wait(self, m: Member, rnd: int, count: int, deadline: float) -> MemberResult:
         self.stats.members += 1
-        key = (m.gid, rnd)
+        key = (m.key, rnd)
         watch = self._rounds.get(key)
         if watch is None:
-            watch = self._rounds[key] = Round(self._ctx, m.gid, rnd, m.checked.group_size)
+            watch = self._rounds[key] = Round(self._ctx, m.key, rnd, m.checked.group_size)
+            self._open_by[m.tenant] = self._open_by.get(m.tenant, 0) + 1
         self._waiting += 1
+        self._waiting_by[m.tenant] = self._waiting_by.get(m.tenant, 0) + 1
         try:
             return await watch.wait(m, count, deadline)
         finally:
             self._waiting -= 1
+            left = self._waiting_by[m.tenant] - 1
+            if left:
+                self._waiting_by[m.tenant] = left
+            else:
+                del self._waiting_by[m.tenant]
             if watch.waiters == 0 and self._rounds.get(key) is watch:
                 del self._rounds[key]
                 watch.task.cancel()
+                if self._open_by.get(m.tenant, 0) > 1:
+                    self._open_by[m.tenant] -= 1
+                else:
+                    self._open_by.pop(m.tenant, None)
 
     def _late(self, m: Member, result: RoundResult, rnd: int) -> None:
         self.stats.size_mismatch["late"] += 1
@@ -195,3 +228,4 @@ class GroupAssembler:
             "their siblings' timeout_s, do this",
             m.mid, m.gid, result.round, state, len(result.ids), result.meta.group_size, rnd,
         )  # fmt: skip
+

@@ -11,15 +11,22 @@ Lua twin fails there.
 An outcome is one of six small frozen types (`AddOutcome`); the assembler matches on them in
 one place. Other transitions (`finish`, `claim`, expiry) have one effect each and are described
 on `AssemblyStore`.
+
+The conflict rule is here too (`conflict`): a member that does not
+fit what its round holds, before or after the round was answered, is a 409 naming the first
+member field that differs, in the member's field order (records.SHARED, records.PAYLOAD).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from ..errors import Conflict, PreconditionFailed, StoreUnavailable
 from ..limits import AssemblyLimits
-from .records import GroupMeta, MemberRecord, RoundResult
+from .records import PAYLOAD, SHARED, GroupMeta, Member, MemberRecord, RoundResult
+from .types import MemberResult
 
 
 @dataclass(frozen=True)
@@ -172,6 +179,70 @@ def outcome(name: str, rnd: int, count: int, value: str) -> tuple[Rule, AddOutco
     return rule, Added(rnd, count)
 
 
+def conflict(
+    have: GroupMeta, stored: tuple[float, Mapping[str, str]] | None, m: Member
+) -> Conflict | PreconditionFailed | None:
+    """The 409 for member m against what its round holds: the round's settings (`have`) and,
+    when the round holds m's id, its stored (reward, digests). It names the first field that
+    differs, SHARED fields first, then PAYLOAD; None when m fits (a new member, or a retry)."""
+    want = m.meta
+    if have != want:
+        for name in SHARED:
+            if getattr(have, name) != getattr(want, name):
+                return PreconditionFailed(
+                    f"is {getattr(want, name)!r} but group {m.gid!r} has {getattr(have, name)!r}",
+                    field=name,
+                )
+        if have.input != want.input:
+            gives = f"group {m.gid!r} members give {have.input}s"
+            return PreconditionFailed(gives, field=want.input)
+        return PreconditionFailed(
+            f"has dimension {want.dim} but group {m.gid!r} has {have.dim}", field="embedding"
+        )
+    if stored is None:
+        return None
+    reward, digests = stored
+    for name in PAYLOAD:
+        same = reward == m.record.reward if name == "reward" else (
+            digests.get(name) == m.record.digests.get(name)
+        )
+        if not same:
+            return Conflict(
+                f"member {m.mid!r} of group {m.gid!r} was already sent with a different {name}",
+                field=name,
+            )
+    return None
+
+
+def answer_of(result: RoundResult, m: Member) -> MemberResult:
+    """Member m's answer from its round's result; a 409 when m differs from what the round
+    holds under its id (machine.conflict: the same rule before and after the round was
+    answered)."""
+    if m.mid not in result.ids:  # finish checks the count: only a store that lost state
+        if error := conflict(result.meta, None, m):
+            raise error
+        raise StoreUnavailable(
+            f"round {result.round} of group {m.gid!r} was answered without member "
+            f"{m.mid!r}; send it again"
+        )
+    i = result.ids.index(m.mid)
+    if error := conflict(result.meta, (result.raw[i], result.digests[i]), m):
+        raise error
+    return result.answer(m.gid, i)
+
+
+def answered(result: RoundResult, m: Member, reuse_ids: bool) -> MemberResult | None:
+    """m's answer from an answered round that holds its id (a retry; a 409 when it differs),
+    or None: m belongs in a later round (its id is not there, or it is reused on purpose with
+    another payload or settings)."""
+    if m.mid not in result.ids:
+        return None
+    i = result.ids.index(m.mid)
+    if reuse_ids and conflict(result.meta, (result.raw[i], result.digests[i]), m) is not None:
+        return None
+    return answer_of(result, m)
+
+
 __all__ = [
     "RULES",
     "AddOutcome",
@@ -186,4 +257,7 @@ __all__ = [
     "View",
     "decide",
     "outcome",
+    "answer_of",
+    "answered",
+    "conflict",
 ]

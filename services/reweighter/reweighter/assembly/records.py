@@ -20,20 +20,28 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..errors import StoreUnavailable
-from ..types import GroupStats
+from ..tenancy import DEFAULT_TENANT, current_tenant, scoped
+from ..types import GroupStats, member_fields
 from .types import MemberReason, MemberResult
 
 if TYPE_CHECKING:  # the stores need no engine
     from ..engine.checks import CheckedMember
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """2: a round's statistics are one `stats` object (GroupStats), not five flat fields; a member
-carries `step`, `prompt_key` and `advantage_params` (both landed together, one version)."""
+carries `step`, `prompt_key` and `advantage_params` (both landed together, one version).
+3: a member's `digests` cover every payload field (its answer too), one digest per field."""
+
+SHARED = member_fields("shared")
+"""The member fields every member of a round agrees on (types.MemberRole): GroupMeta's fields."""
+PAYLOAD = member_fields("payload")
+"""The member fields that are its own values: its reward, and what `digests` covers."""
 
 
 class _Record(BaseModel):
@@ -64,7 +72,8 @@ class _Record(BaseModel):
 
 
 class GroupMeta(_Record):
-    """What every member of a round must agree on (field names are the member's fields)."""
+    """What every member of a round must agree on: the member's SHARED fields in their stored
+    form (a test holds the two lists equal), and the kind and width of its input."""
 
     group_size: int
     method: str
@@ -83,8 +92,10 @@ class GroupMeta(_Record):
 
 class MemberRecord(_Record):
     reward: float
-    digest: str
-    """sha256 of the completion (UTF-8) or of the float32 embedding: retries are compared by it."""
+    digests: dict[str, str]
+    """sha256 per PAYLOAD field the member gave, other than `reward` (kept as is): the completion
+    (UTF-8) or the float32 embedding, the answer. A retry is compared by them; a resend that
+    differs is a 409 naming the first field that does (machine.payload_conflict)."""
     value: str | list[float]
     """The completion or the embedding."""
     answer: str | None = None
@@ -101,19 +112,12 @@ class RoundResult(_Record):
     ids: list[str]
     """In member_id string order; every list below follows it."""
     raw: list[float]
-    digests: list[str]
+    digests: list[dict[str, str]]
     rewards: list[float]
     advantages: list[float] | None
     stats: GroupStats | None
     """The group's statistics (complete), None when it closed short: the wire's own GroupStats,
     so a field added to it is stored and answered with no code here."""
-
-    def position(self, member_id: str, meta: GroupMeta, record: MemberRecord) -> int | None:
-        """Where the member is, when it is in this round as it is sent now (a retry)."""
-        if meta != self.meta or member_id not in self.ids:
-            return None
-        i = self.ids.index(member_id)
-        return i if (self.raw[i], self.digests[i]) == (record.reward, record.digest) else None
 
     def answer(self, group_id: str, i: int) -> MemberResult:
         """The answer of the member at position i."""
@@ -161,7 +165,7 @@ class OpenRound(BaseModel):
             complete=rewards is not None,
             ids=ids,
             raw=raw,
-            digests=[r.digest for r in records],
+            digests=[r.digests for r in records],
             rewards=raw if rewards is None else rewards,
             advantages=advantages,
             stats=stats,
@@ -177,46 +181,65 @@ class Member:
     """Its round's meta: what every member must share."""
     record: MemberRecord
     """Compared by digest on a retry."""
+    tenant: str = DEFAULT_TENANT
+    """Whose member it is: its group lives in that tenant's namespace of the store."""
 
     @property
     def gid(self) -> str:
+        """The group id as its sender named it (in messages and answers)."""
         return self.checked.group_id
+
+    @property
+    def key(self) -> str:
+        """The group's key in the store: the id in its tenant's namespace, so two tenants
+        using one group id never meet (reweighter.tenancy.scoped)."""
+        return scoped(self.checked.group_id, self.tenant)
 
     @property
     def mid(self) -> str:
         return self.checked.member_id
 
 
-def encode(c: CheckedMember) -> Member:
-    """A checked member with its records."""
+def _stored(value: Any) -> Any:
+    """A checked shared field as GroupMeta stores it: parsed params as their JSON (defaults
+    filled in, aliases as on the wire), names as their strings."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json", by_alias=True)
+    if isinstance(value, StrEnum):
+        return value.value
+    return value
+
+
+def _digest(value: str | bytes) -> str:
+    return hashlib.sha256(value.encode("utf-8") if isinstance(value, str) else value).hexdigest()
+
+
+def encode(c: CheckedMember, tenant: str | None = None) -> Member:
+    """A checked member with its records: the meta from its SHARED fields, the record from its
+    PAYLOAD (each given field digested, so none can change unseen), in `tenant`'s namespace
+    (default: the caller's)."""
+    payload: dict[str, Any] = {name: getattr(c, name) for name in PAYLOAD}
+    digests: dict[str, str] = {}
+    for name, given in payload.items():
+        if name == "reward" or given is None:
+            continue
+        digests[name] = _digest(given.tobytes() if hasattr(given, "tobytes") else str(given))
     if c.completion is not None:
-        digest = hashlib.sha256(c.completion.encode("utf-8")).hexdigest()
         value: str | list[float] = c.completion
         kind: Literal["completion", "embedding"] = "completion"
         dim = None
     else:
         assert c.embedding is not None
-        digest = hashlib.sha256(c.embedding.tobytes()).hexdigest()
         value, kind, dim = c.embedding.tolist(), "embedding", int(c.embedding.shape[0])
-    meta = GroupMeta(
-        group_size=c.group_size,
-        method=str(c.method),  # a catalogue name (a Method for the built-ins)
-        params=c.params.model_dump(mode="json", by_alias=True),
-        advantages=c.advantages.value,
-        input=kind,
-        dim=dim,
-        advantage_params=(
-            c.advantage_params.model_dump(mode="json") if c.advantage_params is not None else {}
-        ),
-        step=c.step,
-        prompt_key=c.prompt_key,
-    )
-    record = MemberRecord(reward=c.reward, digest=digest, value=value, answer=c.answer)
-    return Member(c, meta, record)
+    meta = GroupMeta(**{name: _stored(getattr(c, name)) for name in SHARED}, input=kind, dim=dim)
+    record = MemberRecord(reward=c.reward, digests=digests, value=value, answer=c.answer)
+    return Member(c, meta, record, current_tenant() if tenant is None else tenant)
 
 
 __all__ = [
+    "PAYLOAD",
     "SCHEMA_VERSION",
+    "SHARED",
     "GroupMeta",
     "Member",
     "MemberRecord",

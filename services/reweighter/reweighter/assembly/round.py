@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import logging
 import uuid
@@ -26,10 +27,11 @@ import torch
 from ..engine.surface import EngineSurface
 from ..errors import Conflict, InvalidInput, LimitExceeded, PreconditionFailed, StoreUnavailable
 from ..methods import advantages as advantage_estimator
-from ..methods.params import PassAtKParams
+from ..methods.estimators import get_estimator
 from ..types import AdvantageKind, Group, ReweightRequest
+from .machine import answer_of
 from .pace import Pace
-from .records import GroupMeta, Member, OpenRound, RoundResult
+from .records import PAYLOAD, SHARED, Member, OpenRound, RoundResult
 from .store import AssemblyStore, stop_if_cancelled
 from .types import MemberReason, MemberResult
 
@@ -60,6 +62,12 @@ class AssemblyStats:
     group (409); late: a member after its round was answered, opening the next (WARNING)."""
     store_groups: int = 0  # open groups in the whole store (all replicas with Redis)
     store_members: int = 0  # members held in them
+
+    def refused(self, error: Conflict | PreconditionFailed) -> None:
+        """Count a 409 (a group_size that is not the group's also as `declared`)."""
+        self.conflicts += 1
+        if isinstance(error, PreconditionFailed) and error.field == "group_size":
+            self.size_mismatch["declared"] += 1
 
 
 @dataclass
@@ -139,9 +147,15 @@ class Round:
                 await self.ctx.pace.turn()
                 return await self._at_deadline(m, deadline + GRACE_S)
             await self.ctx.pace.turn()
-            return answer_of(result, m, self.ctx.stats)
+            return self._answer(result, m)
         finally:
             self.waiters -= 1
+
+    def _answer(self, result: RoundResult, m: Member) -> MemberResult:
+        answer = answer_of(result, m)
+        if not answer.complete:
+            self.ctx.stats.timeouts += 1
+        return answer
 
     # -- the watch ----------------------------------------------------------------------------
 
@@ -197,22 +211,7 @@ class Round:
             group = await store.members(gid)
             if group is None or group.round != self.rnd or len(group.members) < self.size:
                 return None  # expired or closed under us
-            _, records = group.ordered()
-            meta = group.meta
-            values, rewards = [r.value for r in records], [r.reward for r in records]
-            # Members' answers, when any member gave one (darling's classes, distinct_answers),
-            # and always with a prompt_key (outcome_ucb: a null answer gets no bonus).
-            answers = [r.answer for r in records]
-            given = answers if meta.prompt_key or any(a is not None for a in answers) else None
-            common: dict[str, Any] = {"id": gid, "answers": given, "prompt_key": meta.prompt_key}
-            one = (
-                Group(rewards=rewards, completions=values, **common)
-                if meta.input == "completion"
-                else Group(rewards=rewards, embeddings=values, **common)
-            )
-            request = ReweightRequest(
-                [one], meta.method, meta.params, meta.advantages, meta.advantage_params, meta.step
-            )
+            request = rebuild(gid, group)
             out = (await self.ctx.engine.areweight(request)).groups[0]
             stored = await store.finish(gid, group.result(out.rewards, out.advantages, out.stats))
             if stored is not None:
@@ -245,7 +244,7 @@ class Round:
         short), else this member's own raw answer."""
         store = self.ctx.store
         try:
-            result, count = await bounded(store, store.poll(m.gid, self.rnd), answer_by)
+            result, count = await bounded(store, store.poll(m.key, self.rnd), answer_by)
             if result is None and count < self.size:
                 result = await self._close_short(m, answer_by)
             if result is None and count < self.size:  # claimed elsewhere: closing, most likely
@@ -253,8 +252,8 @@ class Round:
                     async with asyncio.timeout_at(answer_by):
                         result = await asyncio.shield(self.done)
             if result is not None:
-                return answer_of(result, m, self.ctx.stats)
-            group = await bounded(store, store.members(m.gid), answer_by)
+                return self._answer(result, m)
+            group = await bounded(store, store.members(m.key), answer_by)
             present = dict(self.local)
             if group is not None and group.round == self.rnd:
                 present = {mid: rec.reward for mid, rec in group.members.items()}
@@ -267,20 +266,20 @@ class Round:
     async def _close_short(self, m: Member, by: float) -> RoundResult | None:
         """Close the round as it is (short), unless someone else holds it or it became whole."""
         store, token = self.ctx.store, self.ctx.token()
-        if not await bounded(store, store.claim(m.gid, token, self.ctx.claim_ttl_s), by):
+        if not await bounded(store, store.claim(m.key, token, self.ctx.claim_ttl_s), by):
             return None
         try:
             for _ in range(3):  # a member may arrive between the read and the close
-                group = await bounded(store, store.members(m.gid), by)
+                group = await bounded(store, store.members(m.key), by)
                 if group is None or group.round != self.rnd or len(group.members) >= self.size:
                     return None  # gone, or whole after all: the watcher computes it
-                stored = await bounded(store, store.finish(m.gid, _short_result(group)), by)
+                stored = await bounded(store, store.finish(m.key, _short_result(group)), by)
                 if stored is not None:
                     return stored
             return None
         finally:
             with contextlib.suppress(Exception):
-                await store.release(m.gid, token)
+                await store.release(m.key, token)
 
     def _raw_answer(
         self, m: Member, present: dict[str, float], reason: MemberReason
@@ -304,20 +303,47 @@ class Round:
         )
 
 
+def rebuild(gid: str, group: OpenRound) -> ReweightRequest:
+    """The /v1/reweight request of a whole round, derived from the member fields' roles
+    (types.MemberRole): each SHARED field goes where the request has it (group_size is the
+    group's length), each PAYLOAD field becomes its Group list (reward -> rewards)."""
+    _, records = group.ordered()
+    meta = group.meta
+    lists: dict[str, Any] = {"rewards": [r.reward for r in records]}
+    lists["completions" if meta.input == "completion" else "embeddings"] = [
+        r.value for r in records
+    ]
+    # Members' answers, when any member gave one (darling's classes, distinct_answers), and
+    # always with a prompt_key (outcome_ucb: a null answer gets no bonus).
+    answers = [r.answer for r in records]
+    if meta.prompt_key or any(a is not None for a in answers):
+        lists["answers"] = answers
+    assert set(lists) <= {f"{name}s" for name in PAYLOAD}
+    shared = {name: getattr(meta, name) for name in SHARED if name != "group_size"}
+    in_group = {k: v for k, v in shared.items() if k in GROUP_FIELDS}
+    one = Group(id=gid, **lists, **in_group)
+    rest = {k: v for k, v in shared.items() if k not in GROUP_FIELDS}
+    return ReweightRequest([one], **rest)
+
+
+GROUP_FIELDS = frozenset(f.name for f in dataclasses.fields(Group))
+
+
 def raw_advantages(
     raw: Sequence[float], kind: str, params: Mapping[str, Any] | None = None
 ) -> list[float] | None:
     """Advantages of raw rewards by the estimator the engine applies after reweighting (in
-    float32, as the engine computes); None for kind "none". Small: computed inline. pass_at_k
-    over fewer members than its k (a round closed short) takes k = the members present."""
+    float32, as the engine computes); None for kind "none". Small: computed inline. An
+    estimator's `within_group` parameter (pass_at_k's k) over fewer members than it (a round
+    closed short) takes the members present."""
     if kind == AdvantageKind.NONE:
         return None
+    spec = get_estimator(kind)
+    values = dict(params or {})  # stored validated: the model only reads them back
+    if spec.within_group is not None and spec.within_group in values:
+        values[spec.within_group] = min(values[spec.within_group], len(raw))
     r = torch.tensor(list(raw), dtype=torch.float32)
-    if kind == AdvantageKind.PASS_AT_K:  # stored validated: the model only reads them back
-        p = PassAtKParams.model_validate(dict(params or {}))
-        k = min(p.k, len(raw))
-        return advantage_estimator(r, kind, k=k, success_threshold=p.success_threshold).tolist()
-    return advantage_estimator(r, kind).tolist()
+    return advantage_estimator(r, kind, **values).tolist()
 
 
 def _short_result(group: OpenRound) -> RoundResult:
@@ -329,66 +355,3 @@ def _short_result(group: OpenRound) -> RoundResult:
 
 
 # -- answers ----------------------------------------------------------------------------------
-
-
-def answer_of(result: RoundResult, m: Member, stats: AssemblyStats) -> MemberResult:
-    """Member m's answer from its round's result; a 409 when m differs from what the round
-    holds under its id (the same rules before and after the round was answered)."""
-    if result.meta != m.meta:
-        raise mismatch(result.meta, m, stats)
-    if m.mid not in result.ids:  # finish checks the count: only a store that lost state
-        raise StoreUnavailable(
-            f"round {result.round} of group {m.gid!r} was answered without member "
-            f"{m.mid!r}; send it again"
-        )
-    i = result.ids.index(m.mid)
-    same_payload(result.raw[i], result.digests[i], m, stats)
-    if not result.complete:
-        stats.timeouts += 1
-    return result.answer(m.gid, i)
-
-
-def mismatch(have: GroupMeta, m: Member, stats: AssemblyStats) -> PreconditionFailed:
-    """The 409 for a member whose settings differ from its group's (`have`), naming the field."""
-    stats.conflicts += 1
-    want = m.meta
-    for name in (
-        "group_size",
-        "method",
-        "params",
-        "advantages",
-        "advantage_params",
-        "step",
-        "prompt_key",
-    ):
-        if getattr(have, name) != getattr(want, name):
-            if name == "group_size":
-                stats.size_mismatch["declared"] += 1
-            return PreconditionFailed(
-                f"is {getattr(want, name)!r} but group {m.gid!r} has {getattr(have, name)!r}",
-                field=name,
-            )
-    if have.input != want.input:
-        return PreconditionFailed(f"group {m.gid!r} members give {have.input}s", field=want.input)
-    return PreconditionFailed(
-        f"has dimension {want.dim} but group {m.gid!r} has {have.dim}", field="embedding"
-    )
-
-
-def same_payload(reward: float, digest: str, m: Member, stats: AssemblyStats) -> None:
-    """A 409 naming the field when m's reward or input differs from what is stored."""
-    for same, name in (
-        (reward == m.record.reward, "reward"),
-        (digest == m.record.digest, m.meta.input),
-    ):
-        if not same:
-            stats.conflicts += 1
-            raise Conflict(
-                f"member {m.mid!r} of group {m.gid!r} was already sent with a different {name}",
-                field=name,
-            )
-
-
-def differs(result: RoundResult, m: Member) -> bool:
-    """Whether m, under an id `result` holds, is not a retry of it (other settings or payload)."""
-    return result.position(m.mid, m.meta, m.record) is None

@@ -254,3 +254,4 @@ class MemoryStore(AssemblyStore):
     async def counts(self) -> tuple[int, int]:
         self._prune(self._clock())
         return len(self._open), self._held
+

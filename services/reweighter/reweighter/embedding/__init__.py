@@ -62,10 +62,12 @@ def build_embedder(settings: Settings) -> Embedder:
         settings.model,
         device=settings.device,
         long_text=settings.long_text,
+        long_text_windows=settings.long_text_windows,
         max_seq_length=settings.max_seq_length,
         compile=compile_mode(settings),  # type: ignore[arg-type]
         precision=settings.precision,
         precision_cache_dir=settings.precision_cache_dir,
+        compile_cache_dir=settings.compile_cache_dir,
     )
     return CachingEmbedder(
         encoder,

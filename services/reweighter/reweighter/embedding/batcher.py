@@ -32,7 +32,8 @@ import numpy as np
 from reweighter.embedding.base import Budget, Encoder, Piece
 from reweighter.embedding.jobs import Abandon, Job, Message, NewRequest, Request, Split
 from reweighter.embedding.plan import Range, RoundBudget, Slice, plan
-from reweighter.errors import NotReady, Overloaded
+from reweighter.errors import DeadlineExceeded, NotReady, Overloaded
+from reweighter.tenancy import Tenant, current, current_deadline
 from reweighter.timings import current as current_timings
 
 log = logging.getLogger(__name__)
@@ -85,13 +86,20 @@ class DynamicBatcher:
         self._preparing = 0  # distinct texts being split (tokenised) before they can run
         self._closing = False
         self._thread: threading.Thread | None = None
-        # The worker's own: the requests in rotation and the round counter.
+        self._by_tenant: dict[str, int] = {}  # requests waiting or running, per tenant
+        self.dropped = 0  # requests dropped unserved: deadline passed or client gone
+        # The worker's own: the requests in rotation, the round counter, tenants' virtual time.
         self._active: list[Request] = []
         self._round = 0
+        self._vtime: dict[str, float] = {}
 
     @property
     def pending(self) -> int:
         return self._pending
+
+    def pending_of(self, tenant: str) -> int:
+        """Requests of `tenant` waiting or running."""
+        return self._by_tenant.get(tenant, 0)
 
     @property
     def preparing(self) -> int:
@@ -103,12 +111,19 @@ class DynamicBatcher:
         return RoundBudget(Budget(self.round_tokens, self.max_round_pieces), self.slice_tokens)
 
     # -- the event-loop side ------------------------------------------------------------------
-    async def submit(self, texts: Sequence[str]) -> np.ndarray:
-        """Vectors for `texts` ([N, D]), computed fairly alongside whatever else is queued."""
+    async def submit(
+        self, texts: Sequence[str], *, tenant: Tenant | str | None = None
+    ) -> np.ndarray:
+        """Vectors for `texts` ([N, D]), computed fairly alongside whatever else is queued.
+        `tenant`: whose request (default: the caller's, reweighter.tenancy.current); tenants
+        share the encoder by weight, and each is bounded by its `max_queued`."""
+        who = current() if tenant is None else tenant
+        if isinstance(who, str):
+            who = Tenant(name=who)
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[np.ndarray] = loop.create_future()
         with self._cond:
-            req, new = self._register(list(texts), fut, loop)
+            req, new = self._register(list(texts), fut, loop, who)
         # A caller that goes away stops asking (its texts still finish if others share them).
         fut.add_done_callback(lambda f: self._finish_request(req) if f.cancelled() else None)
         if not req.jobs:
@@ -125,7 +140,11 @@ class DynamicBatcher:
             raise
 
     def _register(
-        self, texts: list[str], fut: asyncio.Future[np.ndarray], loop: asyncio.AbstractEventLoop
+        self,
+        texts: list[str],
+        fut: asyncio.Future[np.ndarray],
+        loop: asyncio.AbstractEventLoop,
+        who: Tenant,
     ) -> tuple[Request, list[Job]]:
         """Under `_cond`: dedupe against texts in flight, count, post to the worker."""
         if self._closing:
@@ -133,6 +152,13 @@ class DynamicBatcher:
         if self._pending >= self.max_queue:
             raise Overloaded(
                 f"embedding queue is full ({self.max_queue} requests waiting or running)"
+            )
+        mine = self._by_tenant.get(who.name, 0)
+        if who.max_queued is not None and mine >= who.max_queued:
+            raise Overloaded(
+                f"tenant {who.name!r} is at its max_queued bound ({who.max_queued} requests "
+                "waiting or running); other tenants are unaffected",
+                field="max_queued",
             )
         jobs: list[Job] = []
         new: list[Job] = []
@@ -150,6 +176,8 @@ class DynamicBatcher:
         self._seq += 1
         req = Request(jobs, index, fut, loop, open_jobs=len(jobs), seq=self._seq)
         req.timings = current_timings()
+        req.tenant, req.weight, req.deadline = who.name, who.weight, current_deadline()
+        self._by_tenant[who.name] = mine + 1
         for job in jobs:
             job.waiters.append(req)
         self._pending += 1
@@ -215,8 +243,15 @@ class DynamicBatcher:
                 messages, self._inbox = self._inbox, []
             for m in messages:
                 self._apply(m)
+            self._drop_unwanted()
             self._active = [r for r in self._active if r.live]  # drop finished requests
-            round_ = cast(Round, plan(self._active, self.budget))
+            shares = self._shares()
+            planned = (
+                plan(self._active, self.budget)
+                if shares is None
+                else plan(self._active, self.budget, shares)
+            )
+            round_ = cast(Round, planned)
             if round_:
                 self._start(round_)
                 return round_
@@ -225,6 +260,38 @@ class DynamicBatcher:
                     if self._closing and not any(r.live for r in self._active):
                         return None
                     self._cond.wait()
+
+    def _drop_unwanted(self) -> None:
+        """Requests whose deadline passed or whose client went away are answered with
+        DeadlineExceeded before anything more of them is computed, and counted."""
+        now = 0.0
+        for r in self._active:
+            if r.deadline is None or not r.live:
+                continue
+            now = now or time.monotonic()
+            why = r.deadline.passed(now)
+            if why is not None:
+                self.dropped += 1
+                self._finish_request(r, DeadlineExceeded(f"dropped: {why}"))
+
+    def _shares(self) -> dict[str, float] | None:
+        """Active tenants' virtual times (tokens served / weight), for the policy; None with one
+        tenant. A tenant that was idle starts just below the least of the active ones'."""
+        tenants = {r.tenant for r in self._active}
+        if len(tenants) < 2:
+            self._vtime = {}
+            return None
+        for t in [t for t in self._vtime if t not in tenants]:
+            del self._vtime[t]
+        fresh = [t for t in tenants if t not in self._vtime]
+        if fresh:
+            # a tenant that just became active goes first among equals (as a new request does
+            # within a tenant): its small request anchors the very next round
+            served = {r.tenant for r in self._active if r.turn >= 0}
+            floor = min(self._vtime.values(), default=0.0)
+            for t in fresh:
+                self._vtime[t] = floor if t in served else floor - 1e-9
+        return self._vtime
 
     def _apply(self, m: Message) -> None:
         if isinstance(m, NewRequest):
@@ -240,9 +307,12 @@ class DynamicBatcher:
         """The round is taken: advance its texts' cursors, mark its requests served."""
         self._round += 1
         for s in round_:
+            req = s.request
+            if self._vtime:  # several tenants: charge the tokens to its tenant's virtual time
+                tokens = sum(p.tokens for p in self._pieces(s.ranges))
+                self._vtime[req.tenant] = self._vtime.get(req.tenant, 0.0) + tokens / req.weight
             for r in s.ranges:
                 r.job.scheduled = r.end
-            req = s.request
             if req.turn == -1 and req.timings is not None:
                 req.timings.queue_s = time.perf_counter() - req.submitted
             req.turn = self._round
@@ -325,14 +395,20 @@ class DynamicBatcher:
         for req in ready:
             self._finish_request(req)
 
-    def _finish_request(self, req: Request) -> None:
-        """Resolve once: all its texts done, one failed, or its caller went away."""
+    def _finish_request(self, req: Request, dropped: BaseException | None = None) -> None:
+        """Resolve once: all its texts done, one failed, its caller went away, or `dropped`
+        (its deadline passed: answered with that error)."""
         with self._cond:
             if req.resolved:
                 return
             req.resolved = True
             self._pending -= 1
-            error = next((j.error for j in req.jobs if j.error is not None), None)
+            left = self._by_tenant.get(req.tenant, 1) - 1
+            if left:
+                self._by_tenant[req.tenant] = left
+            else:
+                self._by_tenant.pop(req.tenant, None)
+            error = dropped or next((j.error for j in req.jobs if j.error is not None), None)
             value = None
             if error is None and all(j.result is not None for j in req.jobs):
                 value = (

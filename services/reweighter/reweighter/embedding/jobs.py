@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from reweighter.embedding.base import Piece
+from reweighter.tenancy import DEFAULT_TENANT, Deadline
 from reweighter.timings import RequestTimings
 
 
@@ -51,6 +52,9 @@ class Request:
     turn: int = -1  # the last round that served it (-1: never; worker-owned)
     timings: RequestTimings | None = None  # filled in for the service's metrics, if collected
     submitted: float = field(default_factory=time.perf_counter)
+    tenant: str = DEFAULT_TENANT  # whose request (the policy shares the encoder by tenant)
+    weight: float = 1.0  # that tenant's weight
+    deadline: Deadline | None = None  # past it (or its client gone) it is dropped unserved
 
     @property
     def live(self) -> bool:

@@ -3,8 +3,8 @@
 `plan(pending, budget)` reads the pending requests (their texts' pieces and how far each text
 has been scheduled) and returns the round as typed ranges; it changes nothing. The batcher's
 worker applies the round (advances the cursors, marks who was served) and runs it. Why apart:
-the rule is the product's fairness promise (DESIGN principle 5), so it is tested here without
-threads, models or clocks (tests/unit/test_plan.py), as infinity keeps its
+the rule is the product's fairness promise (no client can starve another), so it is tested
+here without threads, models or clocks (tests/unit/test_plan.py), as infinity keeps its
 `pop_optimal_batches` apart from its worker.
 
 The rule. A round is bounded by `budget.batch` (rows x longest piece, as a forward pass is).
@@ -12,13 +12,27 @@ The least recently served request anchors it: whole, when at most `budget.slice_
 is left, else its longest next piece. The rest of the round is filled, one piece at a time,
 with whichever pending piece pads least against it (older requests first among equals); when
 everything pending then fits within `Budget.fits_with_tail`, the round takes it all.
+
+Tenants (reweighter.tenancy; no job can starve another): with requests of several tenants
+pending, the tenants share the encoder by weight first, then a tenant's requests share its part
+as above.
+The worker keeps each active tenant's virtual time (tokens it was served / its weight, a
+tenant that becomes active starting at the least of the others', as in start-time fair
+queueing) and passes it in as `shares`. The tenant with the least virtual time anchors the
+round (its least recently served request, as above), and the fill first takes from each tenant
+at most its weighted part of the round's tokens; only then, work-conserving, whatever pads
+least from anyone. When the anchor's tenant is served whole by the round (a light job's small
+request), the others add only their weighted part relative to what it takes and the round
+ends: short, so the light job waits for the round in progress and one short round, however
+many requests another tenant floods in. Two backlogged tenants' tokens split by weight. With
+one tenant (every single-key or open service) the rule is exactly the one above.
 """
 
 from __future__ import annotations
 
 import bisect
 import heapq
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
@@ -58,6 +72,20 @@ class PendingRequest(Protocol[J]):
     def seq(self) -> int:
         """Arrival order."""
 
+    # Optional (read with getattr; absent: one tenant, "default", weight 1):
+    # tenant: str -- whose request it is; weight: float -- that tenant's weight.
+
+
+DEFAULT_TENANT = "default"
+
+
+def tenant_of(req: object) -> str:
+    return getattr(req, "tenant", DEFAULT_TENANT)
+
+
+def weight_of(req: object) -> float:
+    return getattr(req, "weight", 1.0)
+
 
 R = TypeVar("R", bound=PendingRequest)
 
@@ -94,9 +122,12 @@ def schedulable(job: PendingJob, at: int | None = None) -> bool:
     return (job.scheduled if at is None else at) < len(job.pieces)
 
 
-def plan(pending: Sequence[R], budget: RoundBudget) -> list[Slice[R, PendingJob]]:
+def plan(
+    pending: Sequence[R], budget: RoundBudget, shares: Mapping[str, float] | None = None
+) -> list[Slice[R, PendingJob]]:
     """The next round over the live `pending` requests, per request in rotation order; empty when
-    nothing is schedulable. Pure: reads `pending`, returns ranges.
+    nothing is schedulable. Pure: reads `pending` (and `shares`: each tenant's virtual time,
+    absent = 0), returns ranges.
 
     Why not a slice from every request in turn: each request hands over its own longest texts,
     and eight requests' longest texts differ, so every round padded to the longest of a mixed
@@ -109,6 +140,13 @@ def plan(pending: Sequence[R], budget: RoundBudget) -> list[Slice[R, PendingJob]
     """
     # Least recently served first (never served: first), then arrival order.
     order = sorted(pending, key=lambda r: (r.turn, r.seq))
+    caps = _tenant_caps(order, budget, shares or {})
+    if caps is not None:
+        # the tenant with the least virtual time first (its own requests in rotation order)
+        first = min(caps, key=lambda t: ((shares or {}).get(t, 0.0), caps[t][1]))
+        order = [r for r in order if tenant_of(r) == first] + [
+            r for r in order if tenant_of(r) != first
+        ]
     rnd = _Round(budget.batch)
     for rank, req in enumerate(order):
         if rnd.count:
@@ -121,10 +159,49 @@ def plan(pending: Sequence[R], budget: RoundBudget) -> list[Slice[R, PendingJob]
         rnd.anchor(req, rank, _longest_first(req.jobs), budget.slice_tokens if whole else 1)
     if rnd.count and not rnd.full:
         candidates, complete = _candidates(order, budget.batch.rows, rnd.at)
+        if caps is not None and not _left(order, first, rnd.at):
+            # The anchor's tenant is served whole by this round (a light job's request): the
+            # others add their weighted part relative to what it takes, and the round ends
+            # there, short, so the light job is answered after a short round, not a full one.
+            used, w = rnd.used.get(first, 0), caps[first][2]
+            rnd.fill(candidates, {t: used * wt / w for t, (_, _, wt) in caps.items()}, pad=False)
+            return rnd.slices()
+        if caps is not None:  # each tenant's weighted part first, then work-conserving
+            rnd.fill(candidates, {t: cap for t, (cap, _, _) in caps.items()})
+            if not rnd.full:
+                candidates, complete = _candidates(order, budget.batch.rows, rnd.at)
         rnd.fill(candidates)
         if complete:
             rnd.take_tail(candidates)
     return rnd.slices()
+
+
+def _left(order: Sequence[PendingRequest], tenant: str, at: Callable[[PendingJob], int]) -> bool:
+    """Whether `tenant` has work the round (cursor `at`) did not take."""
+    return any(
+        schedulable(j, at(j)) for r in order if tenant_of(r) == tenant for j in r.jobs
+    )
+
+
+def _tenant_caps(
+    order: Sequence[PendingRequest], budget: RoundBudget, shares: Mapping[str, float]
+) -> dict[str, tuple[float, int, float]] | None:
+    """Per tenant with schedulable work: (its weighted part of a round's tokens, its first
+    request's rank, its weight); None when one tenant (or none) has work: the single-tenant
+    rule."""
+    weights: dict[str, float] = {}
+    first: dict[str, int] = {}
+    for rank, req in enumerate(order):
+        t = tenant_of(req)
+        if t in weights:
+            continue
+        if any(schedulable(j) for j in req.jobs):
+            weights[t] = max(weight_of(req), 1e-9)
+            first[t] = rank
+    if len(weights) < 2:
+        return None
+    total = sum(weights.values())
+    return {t: (budget.batch.tokens * w / total, first[t], w) for t, w in weights.items()}
 
 
 @dataclass
@@ -150,6 +227,7 @@ class _Round:
         self.count = self.longest = 0
         self.full = False
         self._open: dict[int, _Open] = {}  # id(job) -> its range in this round
+        self.used: dict[str, int] = {}  # tenant -> tokens of its pieces in this round
 
     def at(self, job: PendingJob) -> int:
         """The job's next piece, counting what this round already took."""
@@ -168,6 +246,8 @@ class _Round:
             taken = self._open[id(job)] = _Open(req, rank, job, job.scheduled, job.scheduled)
         cost = job.pieces[taken.end].tokens
         taken.end += 1
+        t = tenant_of(req)
+        self.used[t] = self.used.get(t, 0) + cost
         self.count += 1
         self.longest = max(self.longest, cost)
         return cost
@@ -186,12 +266,28 @@ class _Round:
                     return
                 used += self._add(req, rank, job)
 
-    def fill(self, candidates: list[_Candidate]) -> None:
+    def fill(
+        self,
+        candidates: list[_Candidate],
+        caps: Mapping[str, float] | None = None,
+        pad: bool = True,
+    ) -> None:
         """Work-conserving: add, one at a time, the pending piece that wastes least padding.
 
         A piece no longer than the round's longest wastes (longest - its length); a longer one
         pads every piece already in by the difference. Among equal waste, the older request.
+        `caps` (tenant -> tokens): a tenant's pieces are taken only while its pieces in the
+        round stay within its cap (the tenants' weighted parts; the caller fills again without).
+        `pad=False`: only pieces no longer than the round's longest (the round's padded length,
+        hence its time, stays what the anchor made it).
         """
+
+        def over(i: int, cost: int) -> bool:
+            if caps is None:
+                return False
+            t = tenant_of(candidates[i][1])
+            return self.used.get(t, 0) + cost > caps.get(t, 0)
+
         below: list[tuple[int, int, int]] = []  # (tokens, -rank, i), ascending: best at the end
         above: list[tuple[int, int, int]] = []  # (tokens, rank, i): best = smallest
 
@@ -202,6 +298,8 @@ class _Round:
             if k >= len(job.pieces):
                 return
             cost = job.pieces[k].tokens
+            if over(i, cost) or (not pad and cost > self.longest):
+                return
             if cost <= self.longest:
                 bisect.insort(below, (cost, -rank, i))
             else:
@@ -229,6 +327,8 @@ class _Round:
                 continue
             i = below.pop()[2] if use_below else heapq.heappop(above)[2]
             rank, req, job = candidates[i]
+            if over(i, cost):
+                continue  # its tenant reached its part meanwhile (the next fill may take it)
             self._add(req, rank, job)
             offer(i)  # the same text's next window, if it has one
 

@@ -19,11 +19,13 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import torch
+from transformers.modeling_outputs import BaseModelOutput
 
+from reweighter.embedding import aot
 from reweighter.embedding.base import Budget, Encoder, Piece
 from reweighter.types import LongTextPolicy
 
@@ -33,7 +35,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 BUNDLED_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
-POLICIES: tuple[str, ...] = ("head", "tail", "chunk_mean")
+POLICIES: tuple[str, ...] = ("head", "tail", "chunk_mean", "spread")
+# `spread`: the most windows one text costs, whatever its length (docs/embedding.md, cost model).
+SPREAD_WINDOWS = 4
 
 # Measured on a 2-core CPU (bench/bench_embed.py): activations of ~2k tokens stay in cache, so
 # small batches win there; a GPU wants large batches to fill its cores.
@@ -44,9 +48,21 @@ CompileMode = Literal["auto", "on", "off"]
 Precision = Literal["auto", "fp32", "int8", "fp16", "bf16"]
 PRECISIONS: tuple[str, ...] = ("auto", "fp32", "int8", "fp16", "bf16")
 HALF = {"fp16": torch.float16, "bf16": torch.bfloat16}
-# (sequences, padded length) of the warm-up passes of a compiled encoder: short and full
-# windows, small and large batches, so every batch shape the encoder forms reuses the graph.
-WARM_SHAPES = ((3, 40), (8, 256), (5, 130), (24, 64))
+# The keyword arguments sentence-transformers passes the transformer's forward, all of which
+# the compiled package takes (anything else runs eager).
+_COMPILED_KWARGS = frozenset({"input_ids", "attention_mask", "token_type_ids", "return_dict"})
+
+
+def spread_windows(ids: Sequence[int], c: int, k: int) -> list[Sequence[int]]:
+    """`spread` on a text longer than k full windows: k full windows of c pieces, the first at
+    the head, the last at the tail, the others evenly spaced between (starts round(i (n - c) /
+    (k - 1)), i = 0..k-1). Why: the cost of a text is then k windows whatever its length (a
+    4,000-token trace costs what a 1,000-token one does), while the head (the approach) and the
+    tail (the answer and its justification) are always read and the middle is sampled evenly.
+    A text of at most k windows gets chunk_mean's windows exactly."""
+    n = len(ids)
+    starts = [round(i * (n - c) / (k - 1)) for i in range(k)]
+    return [ids[s : s + c] for s in starts]
 
 
 def resolve_device(device: str) -> str:
@@ -131,11 +147,18 @@ class SentenceTransformerEncoder(Encoder):
         compile: bool | CompileMode = False,
         precision: Precision = "auto",
         precision_cache_dir: str | None = None,
+        long_text_windows: int = SPREAD_WINDOWS,
+        compile_cache_dir: str | None = None,
     ) -> None:
         from sentence_transformers import SentenceTransformer
 
         if long_text not in POLICIES:
             raise ValueError(f"long_text must be one of {POLICIES}, got {long_text!r}")
+        if long_text_windows < 2:
+            raise ValueError(
+                f"long_text_windows must be at least 2 (a head and a tail), got {long_text_windows}"
+            )
+        self.long_text_windows = int(long_text_windows)
         self.device = resolve_device(device)
         self.precision = resolve_precision(precision, self.device)
         mode = {True: "on", False: "off"}.get(compile, compile)  # type: ignore[call-overload]
@@ -195,7 +218,16 @@ class SentenceTransformerEncoder(Encoder):
         self.compiled = False
         self.compile_state = "off"  # off | compiling | compiled | failed
         self.compile_seconds: float | None = None
-        self.recompile_fallbacks = 0  # compiled-path batches that would have recompiled
+        self.compile_source: str | None = None  # cache | built
+        self.recompile_fallbacks = 0  # compiled-path batches that ran eager instead
+        self._compile_cache = (
+            Path(compile_cache_dir) if compile_cache_dir else aot.default_cache_dir()
+        )
+        # What the child that builds the compiled package loads (the same model, as resolved).
+        self._child_options = {
+            "model": model, "device": self.device, "max_seq_length": self.window,
+            "precision": self.precision,
+        }  # fmt: skip
         self._ort = None
         if self.precision == "int8":  # the transformer runs in ONNX Runtime; compile n/a
             from reweighter.embedding import quantize
@@ -227,79 +259,100 @@ class SentenceTransformerEncoder(Encoder):
         self._compile_thread = thread
         return thread
 
+    def artefact_key(self) -> aot.ArtefactKey:
+        """What this encoder's compiled package depends on (aot.ArtefactKey)."""
+        return aot.ArtefactKey(
+            model_id=self.model_id,
+            weights_sha256=aot.weights_sha256(self._model[0].auto_model),
+            torch=torch.__version__,
+            device=aot.device_descriptor(self.device),
+            precision=self.precision,
+            window=self.window,
+            type_ids=self._type_ids,
+        )
+
     def _build_compiled(self) -> None:
-        """torch.compile with frozen weights, warmed over the batch shapes we produce, then
-        swapped in as the transformer's forward.
+        """Load this encoder's AOTInductor package (reweighter.embedding.aot) from the cache,
+        building it first in a child process when it is missing or stale; check it against the
+        eager forward; then swap it in as the transformer's forward.
 
-        Why: with frozen weights inductor prepacks the linear layers for oneDNN and fuses the
-        element-wise ops, at unchanged fp32 results; on a GPU fusing the element-wise work is
-        where eager loses. On the idle 2-core AVX2 CPU we measure on it does not pay (24.7
-        against 28.1 texts/s eager, BENCHMARKS.md B), so `compile="auto"` compiles on CUDA
-        only, in the background while the eager model serves; `compile="on"` anywhere.
-
-        Shapes: the graph is traced with dynamic batch and sequence sizes from a batch of
-        several sequences; one-sequence batches stay eager (a size-1 dimension would be
-        specialised: a second full compile for the cheapest case). After the swap the compiled
-        forward runs with recompiles forbidden: a shape that would need one runs eager instead
-        of stalling a request for a compile.
+        Why a package built in a child: the compile never holds this process's interpreter (the
+        old in-process `torch.compile` starved the eager path on a GPU for ~35 s), and a
+        restart reuses it (~0.1 s) instead of compiling again. One-sequence batches, and any
+        call the package was not exported for, stay eager; a package whose output differs from
+        the eager forward on the check batch is not trusted (logged, served eager).
         """
-        import torch._inductor.config as inductor_config
-
         t0 = time.monotonic()
-        # Freezing applies only to inference graphs (no autograd), so training code that
-        # compiles in the same process is unaffected. Compile workers on half the cores: leave
-        # the rest to the requests the eager model is serving meanwhile.
-        inductor_config.freezing = True
-        inductor_config.compile_threads = max(1, (os.cpu_count() or 2) // 2)
-        # sentence-transformers calls `auto_model.forward` (not `__call__`), so the bound
-        # forward is what gets compiled; the module and its weights stay the same objects.
+        try:
+            key = self.artefact_key()
+            if aot.valid(self._compile_cache, key):
+                self.compile_source = "cache"
+            else:
+                aot.build_in_child(self._child_options, self._compile_cache)
+                self.compile_source = "built"
+                if not aot.valid(self._compile_cache, key):
+                    raise RuntimeError("the child's package does not match this encoder's key")
+            runner = aot.load(self._compile_cache, key, self.device)
+            self._check_compiled(runner)
+        except Exception as e:  # no C++ compiler, an unexportable model: serve eager, not fail
+            self.compile_state = "failed"
+            log.warning("compiling the encoder failed (%s: %s); serving eager",
+                        type(e).__name__, str(e)[:2000])  # fmt: skip
+            return
         auto_model = self._model[0].auto_model
         eager = auto_model.forward
-        compiled = torch.compile(eager, dynamic=True)
-        # The warm-up must call the compiled forward exactly as sentence-transformers will
-        # (same kwargs, or the guards differ and the first real batch recompiles), while the
-        # eager model keeps serving from the worker thread: a per-thread override does both.
-        local = threading.local()
-        serving: list[Callable] = [eager]
+        types = self._type_ids
 
-        def dispatch(*args: object, **kwargs: object) -> object:
-            return (getattr(local, "forward", None) or serving[0])(*args, **kwargs)
-
-        auto_model.forward = dispatch
-        try:
-            word = self._token_ids(["reasoning"])[0] or [self._pad_id]
-            local.forward = compiled
-            with torch.inference_mode():
-                for rows, length in WARM_SHAPES:
-                    n = max(1, min(length, self.window) - len(self._prefix) - len(self._suffix))
-                    ids = (word * n)[:n]
-                    self._forward([Piece(i, n, ids) for i in range(rows)], count=False)
-        except Exception as e:  # no C++ compiler, unsupported backend: serve eager, not fail
-            self.compile_state = "failed"
-            log.warning("torch.compile failed (%s: %s); serving eager", type(e).__name__, e)
-            return
-        finally:
-            local.forward = None
-
-        def forward(*args: object, **kwargs: object) -> object:
-            ids = kwargs.get("input_ids", args[0] if args else None)
-            if not isinstance(ids, torch.Tensor) or ids.shape[0] < 2:
+        def forward(*args: object, **kwargs: Any) -> object:
+            ids = kwargs.get("input_ids")
+            if (args or not isinstance(ids, torch.Tensor) or set(kwargs) - _COMPILED_KWARGS
+                    or not 2 <= ids.shape[0] <= aot.MAX_ROWS or ids.shape[1] < 2):  # fmt: skip
                 return eager(*args, **kwargs)
+            inputs = [ids, kwargs["attention_mask"]]
+            if types:
+                inputs.append(kwargs["token_type_ids"])
             try:
-                with torch.compiler.set_stance("fail_on_recompile"):
-                    return compiled(*args, **kwargs)
-            except Exception as e:  # a shape the warm-up did not cover: eager, never a stall
+                hidden = runner(*inputs)
+            except Exception as e:  # a shape outside the export's range: eager, never a stall
                 self.recompile_fallbacks += 1
                 if self.recompile_fallbacks == 1:
                     log.warning("compiled encoder refused shape %s; ran it eager: %s",
                                 tuple(ids.shape), str(e)[:500])  # fmt: skip
                 return eager(*args, **kwargs)
+            return BaseModelOutput(last_hidden_state=hidden)
 
-        serving[0] = forward  # atomic: a forward pass in flight finishes eager
+        auto_model.forward = forward  # atomic: a forward pass in flight finishes eager
         self.compiled = True
         self.compile_state = "compiled"
         self.compile_seconds = time.monotonic() - t0
-        log.info("compiled encoder in service after %.1f s of compiling", self.compile_seconds)
+        how = "loaded from the cache" if self.compile_source == "cache" else "built"
+        log.info("compiled encoder in service after %.1f s (%s)", self.compile_seconds, how)
+
+    def _check_compiled(self, runner: Callable[..., Any]) -> None:
+        """The package's hidden states on a check batch (several lengths, padding) against the
+        eager forward's: a mismatch beyond the precision's tolerance is refused."""
+        word = self._token_ids(["reasoning"])[0] or [self._pad_id]
+        pieces = [Piece(i, n, (word * n)[:n]) for i, n in enumerate((40, 7, 130, 3))]
+        rows = [[*self._prefix, *p.data, *self._suffix] for p in pieces]
+        length = max(len(r) for r in rows)
+        ids = torch.full((len(rows), length), self._pad_id, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for i, r in enumerate(rows):
+            ids[i, : len(r)] = torch.tensor(r)
+            mask[i, : len(r)] = 1
+        dev = self._model.device
+        ids, mask = ids.to(dev), mask.to(dev)
+        inputs = [ids, mask] + ([torch.zeros_like(ids)] if self._type_ids else [])
+        auto_model = self._model[0].auto_model
+        kwargs = {"token_type_ids": inputs[2]} if self._type_ids else {}
+        with torch.inference_mode(), self._autocast():
+            ref = auto_model(input_ids=ids, attention_mask=mask, **kwargs).last_hidden_state
+            got = runner(*inputs)
+        keep = mask.bool()
+        err = (got.float()[keep] - ref.float()[keep]).abs().max().item()
+        tol = 1e-3 if self.precision == "fp32" else 5e-2
+        if not err <= tol:
+            raise RuntimeError(f"the compiled forward differs from eager by {err:.3g} (> {tol})")
 
     def with_long_text(self, long_text: LongTextPolicy) -> SentenceTransformerEncoder:
         """A view of the same loaded model under another policy (no second copy of the weights)."""
@@ -320,7 +373,10 @@ class SentenceTransformerEncoder(Encoder):
         # max_seq_length never serves stale vectors. So is a precision other than fp32 (int8
         # moves similarities by up to ~0.01): replicas of different precisions sharing a Redis
         # never mix vectors; fp32 keys are unchanged.
-        key = f"{self.model_id}|{self.long_text}|{self.window}"
+        policy = str(self.long_text)
+        if policy == "spread":  # the window count changes the vectors of long texts
+            policy = f"spread{self.long_text_windows}"
+        key = f"{self.model_id}|{policy}|{self.window}"
         return key if self.precision == "fp32" else f"{key}|{self.precision}"
 
     def _special_tokens(self) -> tuple[list[int], list[int]]:
@@ -355,6 +411,8 @@ class SentenceTransformerEncoder(Encoder):
         # chunk_mean: equal-sized windows (not c, c, ..., remainder) so that no window is a
         # handful of tokens whose vector is noise, and windows pad well against each other.
         k = math.ceil(len(ids) / c)
+        if self.long_text == "spread" and k > self.long_text_windows:
+            return spread_windows(ids, c, self.long_text_windows)
         bounds = [round(i * len(ids) / k) for i in range(k + 1)]
         return [ids[bounds[i] : bounds[i + 1]] for i in range(k)]
 

@@ -19,9 +19,9 @@ from pydantic import BaseModel, ValidationError
 
 from ..errors import InvalidInput, LimitExceeded
 from ..limits import Limits
-from ..methods import get_method
-from ..methods.params import NoAdvantageParams, PassAtKParams
-from ..types import AdvantageKind, MemberSubmission, ReweightRequest, parse_name
+from ..methods import MethodSpec, get_method
+from ..methods.estimators import EstimatorSpec, get_estimator
+from ..types import AdvantageKind, MemberSubmission, ReweightRequest
 
 
 @dataclass(frozen=True)
@@ -76,13 +76,39 @@ def check_texts(texts: Sequence[str], limits: Limits) -> None:
     _within(chars, limits.max_chars, "characters", "inputs")
 
 
+@dataclass(frozen=True)
+class _Settings:
+    """The settings a request and a group member name alike (method, params, advantages,
+    advantage_params, step), checked by one function for both."""
+
+    spec: MethodSpec
+    params: BaseModel
+    estimator: EstimatorSpec
+    adv_params: BaseModel
+    step: int | None
+
+    @property
+    def kind(self) -> str:
+        return str(self.estimator.name)
+
+    @property
+    def memory(self) -> bool:
+        return "memory" in self.spec.needs
+
+
+def _check_settings(message: ReweightRequest | MemberSubmission) -> _Settings:
+    spec = get_method(message.method)
+    params = _check_params(spec.name, spec.params_model, message.params)
+    estimator = get_estimator(message.advantages)
+    adv_params = check_advantage_params(estimator, message.advantage_params, spec.name)
+    step = _check_step(message.step, required="memory" in spec.needs, method=spec.name)
+    return _Settings(spec, params, estimator, adv_params, step)
+
+
 def check_request(request: ReweightRequest, limits: Limits) -> Checked:
-    spec = get_method(request.method)
-    params = _check_params(spec.name, spec.params_model, request.params)
-    kind = parse_name(AdvantageKind, request.advantages, "advantages", "advantage kind")
-    adv_params = check_advantage_params(kind, request.advantage_params, spec.name)
-    memory = "memory" in spec.needs
-    step = _check_step(request.step, required=memory, method=spec.name)
+    settings = _check_settings(request)
+    spec, params, kind = settings.spec, settings.params, settings.kind
+    adv_params, memory, step = settings.adv_params, settings.memory, settings.step
 
     groups = request.groups
     if not groups:
@@ -121,12 +147,9 @@ def check_request(request: ReweightRequest, limits: Limits) -> Checked:
                     "completion)",
                     field=f"{where}.answers",
                 )
-        if isinstance(adv_params, PassAtKParams) and adv_params.k > len(r):
-            raise InvalidInput(
-                f"k = {adv_params.k} exceeds the group's {len(r)} completions "
-                f"(groups[{gi}]); pass@k needs k <= n",
-                field="advantage_params.k",
-            )
+        check_within_group(
+            settings.estimator, adv_params, len(r), f"the group's {len(r)} completions ({where})"
+        )
         answers.append(a)
         keys.append(key)
         if _texts_given(g.completions, g.embeddings, "completions or embeddings", where):
@@ -160,16 +183,16 @@ MAX_ANSWER_CHARS = 4096
 MAX_PROMPT_KEY_CHARS = 1024
 
 
-def check_advantage_params(kind: AdvantageKind, given: Any, method: str) -> BaseModel:
-    """The estimator's parameters (field "advantage_params.<name>"); pass_at_k only with
-    method "none": its closed form sees success and failure, not reweighted rewards."""
-    if kind == AdvantageKind.PASS_AT_K and method != "none":
+def check_advantage_params(spec: EstimatorSpec, given: Any, method: str) -> BaseModel:
+    """The estimator's parameters (field "advantage_params.<name>") by its catalogue entry
+    (methods/estimators.py), and whether it goes with `method` (field "advantages")."""
+    if spec.methods is not None and method not in spec.methods:
+        goes = " or ".join(repr(m) for m in spec.methods)
         raise InvalidInput(
-            f"pass_at_k sees only success or failure of the base rewards, so it goes with "
-            f"method 'none', not {method!r}",
+            f"{spec.why_methods or spec.name}, so it goes with method {goes}, not {method!r}",
             field="advantages",
         )
-    model: type[BaseModel] = PassAtKParams if kind == AdvantageKind.PASS_AT_K else NoAdvantageParams
+    model = spec.params_model
     values = given or {}
     if not isinstance(values, Mapping):
         raise InvalidInput("must be an object", field="advantage_params")
@@ -180,9 +203,21 @@ def check_advantage_params(kind: AdvantageKind, given: Any, method: str) -> Base
         loc = ".".join(str(p) for p in first.get("loc", ()))
         takes = ", ".join(model.model_fields) or "no parameters"
         raise InvalidInput(
-            f"{first['msg']} (advantage kind {kind.value!r} takes: {takes})",
+            f"{first['msg']} (advantage kind {spec.name!r} takes: {takes})",
             field=f"advantage_params.{loc}" if loc else "advantage_params",
         ) from e
+
+
+def check_within_group(spec: EstimatorSpec, params: BaseModel, n: int, where: str) -> None:
+    """An estimator parameter bounded by the group's size (pass_at_k's k <= n), against a group
+    of `n` (`where` says which: "the group's 8 completions (groups[2])", "the group_size 8")."""
+    bound = spec.within_group
+    if bound is not None and getattr(params, bound) > n:
+        value = getattr(params, bound)
+        raise InvalidInput(
+            f"{bound} = {value} exceeds {where}; it needs {bound} <= n",
+            field=f"advantage_params.{bound}",
+        )
 
 
 def _check_step(value: Any, *, required: bool, method: str) -> int | None:
@@ -286,17 +321,10 @@ def check_member(
         raise InvalidInput("must be a number of seconds", field="timeout_s")
     if not math.isfinite(timeout) or timeout <= 0:
         raise InvalidInput("must be a positive number of seconds", field="timeout_s")
-    spec = get_method(member.method)
-    params = _check_params(spec.name, spec.params_model, member.params)
-    kind = parse_name(AdvantageKind, member.advantages, "advantages", "advantage kind")
-    adv_params = check_advantage_params(kind, member.advantage_params, spec.name)
-    if isinstance(adv_params, PassAtKParams) and adv_params.k > size:
-        raise InvalidInput(
-            f"k = {adv_params.k} exceeds the group_size {size}; pass@k needs k <= n",
-            field="advantage_params.k",
-        )
-    memory = "memory" in spec.needs
-    step = _check_step(member.step, required=memory, method=spec.name)
+    settings = _check_settings(member)
+    spec, params, kind = settings.spec, settings.params, settings.kind
+    adv_params, memory, step = settings.adv_params, settings.memory, settings.step
+    check_within_group(settings.estimator, adv_params, size, f"the group_size {size}")
     prompt_key = _check_prompt_key(member.prompt_key, "prompt_key")
     if memory and prompt_key is None:
         raise InvalidInput(

@@ -23,14 +23,16 @@ from ..errors import NotReady
 from ..limits import Limits
 from ..memory import AnswerMemory, build_memory
 from ..methods import CATALOG
+from ..methods.estimators import estimator_names
+from ..tenancy import scoped
 from ..timings import current as current_timings
 from ..types import (
-    AdvantageKind,
     EmbedResult,
     EngineInfo,
     ReweightRequest,
     ReweightResult,
 )
+from .board import DiversityBoard
 from .checks import Checked, check_request, check_texts
 from .compute import reweight_checked
 from .telemetry import GroupTelemetry
@@ -62,6 +64,7 @@ class ReweightEngine:
         self.method_device = torch.device(method_device)
         self._memory: AnswerMemory | None = None
         self.telemetry = GroupTelemetry()
+        self.board = DiversityBoard(self.settings.dashboard_steps)
         self._memory_lock = threading.Lock()
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -122,13 +125,15 @@ class ReweightEngine:
 
     def reweight(self, request: ReweightRequest) -> ReweightResult:
         """Synchronous path (CLI, in-process trainer): loads the model on first use."""
+        started = time.perf_counter()
         checked = check_request(request, self.limits)
         texts = checked.flat_texts()
         flat = self._require_embedder(lazy=True).encode(texts) if texts else None
-        return self._finish(checked, checked.split(flat), self._counts(checked))
+        return self._finish(checked, checked.split(flat), self._counts(checked), started)
 
     async def areweight(self, request: ReweightRequest) -> ReweightResult:
         """Async path for the transports: embedding goes through the dynamic batcher."""
+        started = time.perf_counter()
         checked = check_request(request, self.limits)
         texts = checked.flat_texts()
         flat = await self._aencode(texts) if texts else None
@@ -137,8 +142,8 @@ class ReweightEngine:
             await asyncio.to_thread(self._counts, checked) if "memory" in checked.needs else None
         )
         if sum(len(r) for r in checked.rewards) <= _INLINE_MATH_LIMIT:
-            return self._finish(checked, vectors, counts)
-        return await asyncio.to_thread(self._finish, checked, vectors, counts)
+            return self._finish(checked, vectors, counts, started)
+        return await asyncio.to_thread(self._finish, checked, vectors, counts, started)
 
     def embed(self, texts: Sequence[str]) -> EmbedResult:
         check_texts(texts, self.limits)
@@ -182,7 +187,7 @@ class ReweightEngine:
                 }
                 for name, spec in CATALOG.items()
             },
-            "advantages": [k.value for k in AdvantageKind],
+            "advantages": estimator_names(),
             "limits": self.limits.as_dict(),
         }
 
@@ -199,7 +204,9 @@ class ReweightEngine:
         items = []
         for key, answers in zip(checked.prompt_keys, checked.answers, strict=True):
             assert key is not None and answers is not None
-            items.append((key, checked.step, [a for a in answers if a is not None]))
+            # each tenant's prompt keys are its own (reweighter.tenancy): a job training on
+            # another's prompts never sees its answer counts
+            items.append((scoped(key), checked.step, [a for a in answers if a is not None]))
         seen = self.memory.observe_many(items)
         return [
             [-1 if a is None else seen_g[a] for a in answers or []]
@@ -207,10 +214,16 @@ class ReweightEngine:
         ]
 
     def _finish(
-        self, checked: Checked, vectors: list[np.ndarray], counts: list[list[int]] | None = None
+        self,
+        checked: Checked,
+        vectors: list[np.ndarray],
+        counts: list[list[int]] | None = None,
+        started: float | None = None,
     ) -> ReweightResult:
         uses_model = any(t is not None for t in checked.texts)
         model = self._embedder.model_id if uses_model and self._embedder else None
         result = reweight_checked(checked, vectors, self.method_device, model, counts)
         self.telemetry.record(result)
+        if started is not None:  # the dashboard's per-job, per-step figures (engine/board.py)
+            self.board.record(checked.step, result, time.perf_counter() - started)
         return result

@@ -16,10 +16,13 @@ from ..types import EmbedResult, EngineInfo, ReweightRequest, ReweightResult
 if TYPE_CHECKING:
     from ..config import Settings
     from ..embedding.base import Embedder
+    from .board import DiversityBoard
 
 
 class EngineSurface(Protocol):
     settings: Settings
+    board: DiversityBoard
+    """Per job and step, the diversity figures the dashboard plots (engine/board.py)."""
 
     @property
     def ready(self) -> bool:

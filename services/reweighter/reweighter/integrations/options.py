@@ -56,6 +56,10 @@ but their default. Every other option is applied (tests/integrations/test_option
 each stack to this table)."""
 
 
+CONNECTION_FIELDS = ("api_key", "timeout_s", "long_text")
+"""The options that set up a client from `url` (the rest are each request's: `request()`)."""
+
+
 class ReweighterOptions(BaseModel):
     """How an integration reaches the Reweighter (`url`, `api_key`, `timeout_s`, `long_text`)
     and what it asks for (`method`, `params`, `advantages`)."""

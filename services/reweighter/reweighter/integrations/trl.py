@@ -23,16 +23,15 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..client import Reweighter
-from ..types import AdvantageKind, LongTextPolicy, Method
 from ._distributed import my_part, on_main
 from ._stacks import prompt_key, reweight_by_key
 from ._trl_stats import Timings, batch_stats, log
-from .options import ReweighterOptions
+from .options import CONNECTION_FIELDS, ReweighterOptions
 
 RewardFunc = Callable[..., Sequence[float | None]]
 
@@ -77,23 +76,19 @@ class ReweightedReward:
     """A client (`reweighter.client.connect`), or anything with `reweight` (a ReweightEngine)."""
     num_generations: int
     weights: Sequence[float] | None = None
-    method: Method | str = Method.DRA
-    params: Mapping[str, Any] = field(default_factory=dict)
-    advantages: AdvantageKind | str = AdvantageKind.NONE
+    options: ReweighterOptions = field(default_factory=ReweighterOptions)
+    """What each call asks for (`request()`: method, params, advantages, advantage_params),
+    names and defaults as ReweighterOptions has them; its connection fields are `reweighted()`'s."""
     num_generations_eval: int | None = None
     answer_func: RewardFunc | None = None
     """Optional: each completion's canonical final answer (a string, or None where it gives
     none), called like a reward function `f(prompts, completions, **columns)`. Sent as the
     group's `answers`: darling's classes, outcome_ucb's counts, `stats.distinct_answers`."""
-    advantage_params: Mapping[str, Any] = field(default_factory=dict)
-    """The estimator's parameters, e.g. {"k": 4} with advantages="pass_at_k"."""
     on_result: Callable[[dict[str, Any]], None] | None = None
     """Called on every process after each batch with its slice (tracing, tests)."""
     name: str = "reweighted"
     """What TRL calls this function in its metrics: rewards/<name>/mean."""
     timings: Timings = field(default_factory=Timings)
-    options: ReweighterOptions | None = None
-    """The options `reweighted()` read (None when built directly)."""
 
     def __post_init__(self) -> None:
         if not self.reward_funcs:
@@ -192,13 +187,10 @@ class ReweightedReward:
             keys,
             base,
             texts,
-            method=str(self.method),
-            params=self.params,
-            advantages=str(self.advantages),
+            **{**self.options.request(), "advantages": str(self.options.advantages)},
             answers=answers,
             prompt_keys=[prompt_key(p) for p in prompts],
             step=step,
-            advantage_params=self.advantage_params,
         )
         self.timings.backend_s += time.perf_counter() - t0
         self.timings.calls += 1
@@ -229,48 +221,38 @@ class ReweightedReward:
 def reweighted(
     *reward_funcs: RewardFunc,
     num_generations: int,
-    backend: str | Reweighter = "inprocess",
-    method: Method | str = Method.DRA,
-    params: Mapping[str, Any] | None = None,
+    backend: str | Reweighter | None = None,
     weights: Sequence[float] | None = None,
-    advantages: AdvantageKind | str = AdvantageKind.NONE,
     num_generations_eval: int | None = None,
-    api_key: str | None = None,
-    long_text: LongTextPolicy | str | None = None,
-    timeout_s: float | None = None,
     answer_func: RewardFunc | None = None,
-    advantage_params: Mapping[str, Any] | None = None,
+    **options: Any,
 ) -> ReweightedReward:
     """The one-liner: `reward_funcs=[reweighted(acc, fmt, num_generations=8, backend=URL)]`.
 
-    `backend` is a `reweighter.client.connect` URL ("http://host:port", "grpc://host:port",
-    "inprocess" to load the embedding model here) or an object with `reweight(ReweightRequest)`.
-    The connection options (`api_key`, `timeout_s` per call, `long_text` in process) and the
-    request's (`method`, `params`, `advantages`, `advantage_params`) are ReweighterOptions'
-    (integrations/options.py): one that the backend cannot apply is refused, never dropped.
+    `backend` is ReweighterOptions' `url` (a `reweighter.client.connect` URL: http(s)://,
+    grpc(s)://, inprocess://; left out, the options' one default, the local service) or an
+    object with `reweight(ReweightRequest)`. Every other keyword is an option of
+    ReweighterOptions (integrations/options.py: api_key, timeout_s, long_text, method, params,
+    advantages, advantage_params), validated there and named when wrong or when the backend
+    cannot apply it: nothing is restated here, nothing dropped.
     """
-    connection = {"api_key": api_key, "timeout_s": timeout_s, "long_text": long_text}
-    if not isinstance(backend, str):
+    if "url" in options:
+        raise TypeError("reweighted(): give the URL as backend=, not url=")
+    if backend is not None and not isinstance(backend, str):
         if not callable(getattr(backend, "reweight", None)):
             raise TypeError("backend must be a URL string or an object with a reweight() method")
-        for name, value in connection.items():
-            if value is not None:
+        for name in CONNECTION_FIELDS:
+            if options.get(name) is not None:
                 raise ValueError(f"{name}: applies to a backend given as a URL, not to an object")
-    options = ReweighterOptions.parse(
-        {"url": backend if isinstance(backend, str) else None, **connection,
-         "method": str(method), "params": dict(params or {}), "advantages": advantages,
-         "advantage_params": dict(advantage_params or {})},
-        stack="trl",
-    )  # fmt: skip
-    if isinstance(backend, str):
-        backend = options.connect()
+    given = {"url": backend} if isinstance(backend, str) else {}
+    parsed = ReweighterOptions.parse({**given, **options}, stack="trl")
+    client = backend if backend is not None and not isinstance(backend, str) else parsed.connect()
     return ReweightedReward(
         reward_funcs=list(reward_funcs),
-        backend=backend,  # type: ignore[arg-type]
+        backend=client,
         num_generations=num_generations,
         weights=weights,
         num_generations_eval=num_generations_eval,
-        **options.request(),
+        options=parsed,
         answer_func=answer_func,
-        options=options,
     )

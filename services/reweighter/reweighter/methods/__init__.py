@@ -1,4 +1,5 @@
-"""The math: DRA and MMR reweighting and advantage estimators, as pure batched torch functions.
+"""The math: the reweighting methods of the catalogue (`catalog.py`: dra, mmr, darling,
+outcome_ucb, none) and the advantage estimators, as pure batched torch functions.
 
 No I/O, no globals, no model loading: rewards [G] or [B, G], embeddings [G, D] or [B, G, D] (or
 similarities [B, G, G]), an optional boolean mask [B, G] for ragged groups, any device.
@@ -29,6 +30,8 @@ from reweighter.types import AdvantageKind, Method
 # Public name -> the torch module (in this package) that defines it.
 _LAZY = {
     **dict.fromkeys(("ADVANTAGE_KINDS", "advantages", "batched_advantages"), "advantages"),
+    **dict.fromkeys(("ESTIMATORS", "EstimatorSpec", "estimator_names", "get_estimator"),
+                    "estimators"),  # fmt: skip
     **dict.fromkeys(("dra", "dra_from_similarity"), "dra"),
     **dict.fromkeys(("darling", "darling_from_similarity"), "darling"),
     **dict.fromkeys(("outcome_ucb",), "outcome_ucb"),

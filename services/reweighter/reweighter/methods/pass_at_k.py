@@ -60,6 +60,11 @@ def batched_pass_at_k(b: _checks.Batch, k: int, success_threshold: float) -> tor
     return out if b.mask is None else out.masked_fill(~b.mask, 0.0)
 
 
+def apply(b: _checks.Batch, params: PassAtKParams) -> torch.Tensor:
+    """The catalogue's kernel (estimators.py): k and success_threshold from `params`."""
+    return b.unbatch(batched_pass_at_k(b, params.k, params.success_threshold))
+
+
 def pass_at_k(
     rewards: torch.Tensor,
     k: int,

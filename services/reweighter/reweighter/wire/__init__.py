@@ -9,7 +9,8 @@ answers that leave out a None, a field carried in the URL path). From that one d
   JSON body the clients send;
 - `wire/grpc.py` maps each message to and from its protobuf by field name (the generated
   stubs are `wire/_proto`, from proto/ by scripts/gen_proto.py);
-- `wire/common.py` holds the rules both share (wire names, the `normalize` rule).
+- `wire/common.py` holds the rules both share (wire names); the `normalize` rule is the
+  message's own (`EmbedRequest.texts` in `reweighter.types`).
 
 Add a field to a message: declare it in the dataclass (`wire("what it is", default)`) and in
 proto/reweighter/v1/reweighter.proto under the same name, then `python scripts/gen_proto.py`.

@@ -1,7 +1,6 @@
 """The gRPC transport (grpc.aio): server.py binds the server (`create_grpc_server`: health,
-reflection, API key), servicer.py implements the RPCs, convert.py maps protobuf to the engine's
-types and back.
+reflection, API key), servicer.py implements the RPCs, guard.py bounds them; protobuf maps to
+the engine's types and back in reweighter.wire.grpc (below both this and the client).
 
-Deliberately empty of imports: the client imports `convert` and the generated protobuf, so
-importing this package must not import the server.
+Deliberately empty of imports: importing this package must not import the server.
 """

@@ -15,9 +15,9 @@ from ...config import Settings
 from ...engine.surface import EngineSurface
 from ...errors import Unauthenticated
 from ...limits import grpc_server_options
+from ...tenancy import DEFAULT, Tenant, Tenants, enter
 from ...wire._proto.reweighter.v1 import reweighter_pb2 as pb
 from ...wire._proto.reweighter.v1 import reweighter_pb2_grpc as pb_grpc
-from ..auth import check_bearer
 from ..metrics import Metrics
 from .guard import DecodeGuard
 from .servicer import ReweighterServicer, abort
@@ -30,24 +30,50 @@ _PROTECTED_PREFIX = f"/{SERVICE_NAME}/"
 
 
 class _ApiKeyInterceptor(grpc.aio.ServerInterceptor):
-    """UNAUTHENTICATED for Reweighter calls without the key; health and reflection stay open."""
+    """UNAUTHENTICATED for Reweighter calls without a tenant's key; health and reflection stay
+    open. The caller's tenant is set for the servicer (reweighter.tenancy.current_tenant)."""
 
-    def __init__(self, api_key: str, metrics: Metrics) -> None:
-        self.api_key = api_key
+    def __init__(self, tenants: Tenants, metrics: Metrics) -> None:
+        self.tenants = tenants
         self.metrics = metrics
 
     async def intercept_service(self, continuation, handler_call_details):  # type: ignore[override]
         method = handler_call_details.method
-        if method.startswith(_PROTECTED_PREFIX):
-            header = dict(handler_call_details.invocation_metadata or ()).get("authorization")
-            try:
-                check_bearer(header, self.api_key)
-            except Unauthenticated as e:
-                self.metrics.count_rejected(
-                    "grpc", method.rsplit("/", 1)[-1].lower(), "Unauthenticated"
-                )
-                return _deny(e, streaming=method.endswith("/SubmitMembers"))
-        return await continuation(handler_call_details)
+        if not method.startswith(_PROTECTED_PREFIX):
+            return await continuation(handler_call_details)
+        header = dict(handler_call_details.invocation_metadata or ()).get("authorization")
+        try:
+            tenant = self.tenants.table.resolve_bearer(header)
+        except Unauthenticated as e:
+            self.metrics.count_rejected(
+                "grpc", method.rsplit("/", 1)[-1].lower(), "Unauthenticated"
+            )
+            return _deny(e, streaming=method.endswith("/SubmitMembers"))
+        return _as_tenant(await continuation(handler_call_details), tenant)
+
+
+def _as_tenant(handler: Any, tenant: Tenant) -> Any:
+    """`handler` run as `tenant` (set in the handler's own task, whatever runs interceptors)."""
+    if handler is None or tenant == DEFAULT:
+        return handler
+    if handler.unary_unary is not None:
+        inner = handler.unary_unary
+
+        async def unary(request: Any, context: Any) -> Any:
+            enter(tenant)
+            return await inner(request, context)
+
+        return handler._replace(unary_unary=unary)
+    if handler.stream_stream is not None:
+        streamed = handler.stream_stream
+
+        async def stream(requests: Any, context: Any) -> Any:
+            enter(tenant)
+            async for answer in streamed(requests, context):
+                yield answer
+
+        return handler._replace(stream_stream=stream)
+    return handler
 
 
 def _deny(exc: Unauthenticated, *, streaming: bool = False) -> grpc.RpcMethodHandler:
@@ -79,8 +105,15 @@ class GrpcServer:
         settings: Settings,
         metrics: Metrics,
         assembler: GroupAssembler | None = None,
+        tenants: Tenants | None = None,
     ) -> None:
-        interceptors = [_ApiKeyInterceptor(settings.api_key, metrics)] if settings.api_key else []
+        self.tenants = tenants if tenants is not None else Tenants.from_settings(settings)
+        metrics.watch_tenants(self.tenants)
+        # an open service (no key, no file) stays open: a reload needs a file, and a file's
+        # table is never open
+        interceptors: list[Any] = []
+        if not self.tenants.table.open:
+            interceptors.append(_ApiKeyInterceptor(self.tenants, metrics))
         interceptors.append(DecodeGuard())  # after the key: no decoding for strangers
         self.server = grpc.aio.server(
             interceptors=interceptors,
@@ -133,8 +166,10 @@ def create_grpc_server(
     *,
     metrics: Metrics | None = None,
     assembler: GroupAssembler | None = None,
+    tenants: Tenants | None = None,
 ) -> GrpcServer:
     """Bind (not start) the gRPC server for `engine`; `await server.start()` to serve.
-    Without `assembler` the group-assembly RPCs answer UNAVAILABLE."""
+    Without `assembler` the group-assembly RPCs answer UNAVAILABLE. `tenants`: shared with the
+    HTTP app so a reload applies to both (default: from `settings`)."""
     settings = settings or engine.settings
-    return GrpcServer(engine, settings, metrics or Metrics(engine), assembler)
+    return GrpcServer(engine, settings, metrics or Metrics(engine), assembler, tenants)

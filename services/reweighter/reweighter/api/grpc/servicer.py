@@ -9,6 +9,7 @@ out (their messages are still derived: reweighter.wire.grpc).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -17,6 +18,7 @@ import grpc
 from ...assembly import GroupAssembler
 from ...engine.surface import EngineSurface
 from ...errors import NotReady, ReweighterError
+from ...tenancy import Deadline, current_tenant, set_deadline
 from ...types import EmbedRequest, MemberSubmission
 from ...wire._proto.reweighter.v1 import reweighter_pb2 as pb
 from ...wire._proto.reweighter.v1 import reweighter_pb2_grpc as pb_grpc
@@ -71,7 +73,7 @@ class ReweighterServicer(pb_grpc.ReweighterServicer):
 
     async def Info(self, request: pb.InfoRequest, context: Any) -> pb.InfoResponse:
         async def run() -> pb.InfoResponse:
-            return to_proto(self.engine.info(), pb.InfoResponse)
+            return to_proto({**self.engine.info(), "tenant": current_tenant()}, pb.InfoResponse)
 
         return await self._call(context, "info", "", run)
 
@@ -125,6 +127,9 @@ class ReweighterServicer(pb_grpc.ReweighterServicer):
     async def _call(
         self, context: Any, endpoint: str, method: str, run: Callable[[], Awaitable[T]]
     ) -> T:
+        remaining = getattr(context, "time_remaining", lambda: None)()
+        if remaining is not None:  # the caller's deadline: dropped unserved past it
+            set_deadline(Deadline(time.monotonic() + remaining))
         try:
             with self.metrics.track("grpc", endpoint, method):
                 return await run()

@@ -21,10 +21,11 @@ from ...config import Settings
 from ...engine.surface import EngineSurface
 from ...errors import InvalidInput, ReweighterError
 from ...limits import max_body_bytes
-from ...wire.http import ErrorOut
+from ...tenancy import Tenants
+from ...wire.openai import OPENAI_PATHS
 from ..metrics import Metrics
-from .middleware import BodyLimit, endpoint_name
-from .openrlhf import build_openrlhf_router, is_token_path
+from .middleware import BodyLimit, endpoint_name, error_response
+from .openrlhf import build_openrlhf_router, token_tenant
 from .router import build_router
 from .routes import RequestFields, route_labels
 
@@ -35,11 +36,15 @@ def create_app(
     *,
     metrics: Metrics | None = None,
     assembler: GroupAssembler | None = None,
+    tenants: Tenants | None = None,
 ) -> FastAPI:
     """The HTTP API over `engine`. Loading the model is the caller's job. Without `assembler`
-    the group-assembly route answers 503."""
+    the group-assembly route answers 503. `tenants`: who may call (shared with the gRPC server
+    so a reload applies to both); default from `settings` (the tenants file, else the API key)."""
     settings = settings or engine.settings
+    tenants = tenants if tenants is not None else Tenants.from_settings(settings)
     metrics = metrics or Metrics(engine)
+    metrics.watch_tenants(tenants)
     app = FastAPI(
         title="Reweighter",
         version=__version__,
@@ -48,6 +53,7 @@ def create_app(
     app.state.engine = engine
     app.state.metrics = metrics
     app.state.assembler = assembler
+    app.state.tenants = tenants
     # Derived from the routes, whenever they are added: field names for schema errors, labels
     # for metrics (a new route needs neither listed).
     request_fields = RequestFields(app)
@@ -58,8 +64,7 @@ def create_app(
         if exc.http_status == 401:
             metrics.count_rejected("http", endpoint_name(request.url.path), type(exc).__name__)
         headers = {"Retry-After": "1"} if exc.http_status in (429, 503) else None
-        body = ErrorOut.from_error(exc).model_dump()
-        return JSONResponse(body, status_code=exc.http_status, headers=headers)
+        return error_response(request.url.path, exc, headers)
 
     @app.exception_handler(RequestValidationError)
     async def _schema_error(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -71,8 +76,7 @@ def create_app(
         else:
             message = first.get("msg", "invalid input")
         metrics.count_rejected("http", endpoint_name(request.url.path), "InvalidInput")
-        body = ErrorOut.from_error(InvalidInput(message, field=field)).model_dump()
-        return JSONResponse(body, status_code=422)
+        return error_response(request.url.path, InvalidInput(message, field=field))
 
     @app.exception_handler(HTTPException)
     async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
@@ -81,10 +85,13 @@ def create_app(
         kind = _HTTP_ERROR_TYPES.get(exc.status_code, "HTTPError")
         if exc.status_code < 500:
             metrics.count_rejected("http", endpoint_name(request.url.path), kind)
+        if request.url.path in OPENAI_PATHS:
+            err = ReweighterError(str(exc.detail), http_status=exc.status_code)
+            return error_response(request.url.path, err, exc.headers)
         body = {"error": {"message": str(exc.detail), "field": None, "type": kind}}
         return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
 
-    app.include_router(build_router(engine, settings, metrics, assembler))
+    app.include_router(build_router(engine, settings, metrics, assembler, tenants))
     app.include_router(build_openrlhf_router(settings.openrlhf, metrics, assembler))
     token = settings.openrlhf.token
     app.add_middleware(
@@ -92,8 +99,9 @@ def create_app(
         limit=max_body_bytes(settings),
         metrics=metrics,
         api_key=settings.api_key,
-        own_secret=lambda path: is_token_path(path, token),
+        own_secret=lambda path: token_tenant(path, token, tenants),
         pace=assembler.pace if assembler is not None else None,
+        tenants=tenants,
     )
     return app
 

@@ -13,7 +13,8 @@ completes, and no bound on connections, so a few thousand idle sockets exhaust d
 - body deadline: the body must arrive within `body_timeout_s` of its head;
 - health first: a complete `GET /healthz` or `GET /readyz` head on an idle keep-alive
   connection is answered here, in the callback that read its bytes, with the app's own answer
-  (router.py has the same routes for ASGI callers; tests/api holds the two to the same bytes).
+  (`probe_answer`, which router.py's routes serve too; tests/assembly/test_health_connection.py
+  holds the two to the same bytes).
   Through the app the probe would be a task run in a later loop iteration, behind every
   callback that the assembly flood has made ready by then: each iteration under a flood is
   long, and the probe waited two or more of them (issue 29: 2.1 s on a loaded machine, where
@@ -24,12 +25,17 @@ completes, and no bound on connections, so a few thousand idle sockets exhaust d
   cannot lock out /healthz or real clients. When every connection is busy, the new one gets a
   429 and is closed. Busy connections (a request being served, e.g. waiting on group assembly)
   are never evicted, so the bound is also how many requests may wait at once.
+
+This subclasses uvicorn's H11Protocol and reads members uvicorn does not promise to keep
+(`UVICORN_MEMBERS`): pyproject pins uvicorn to the range tested here, and `guarded_protocol`
+refuses to start (naming the member and that range) on a uvicorn where one of them moved.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import json
 import logging
 import resource
@@ -38,7 +44,8 @@ from collections.abc import Callable
 from typing import Any
 
 import h11
-from uvicorn.protocols.http.h11_impl import H11Protocol
+import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol, RequestResponseCycle
 
 log = logging.getLogger(__name__)
 
@@ -88,16 +95,26 @@ HEALTH_PATHS = (b"/healthz", b"/readyz")
 _NOT_A_PROBE = (b"content-length", b"transfer-encoding", b"expect", b"upgrade")
 
 
+def probe_answer(path: str, ready: bool) -> tuple[int, str, dict[str, str]]:
+    """The one definition of the health probes' answers, (status, `status` field of the JSON
+    body, extra headers): GET /healthz is alive; GET /readyz is ready, or loading (503, retry
+    after 1 s) until the engine is `ready`. router.py's routes and `health_answer` serve it."""
+    if path == "/healthz":
+        return 200, "ok", {}
+    if ready:
+        return 200, "ready", {}
+    return 503, "loading", {"retry-after": "1"}
+
+
+_REASONS = {200: b"OK", 503: b"Service Unavailable"}
+
+
 def health_answer(path: bytes, ready: bool, close: bool, extra: list[tuple[bytes, bytes]]) -> bytes:
-    """The bytes of the app's answer to GET `path` (router.py's healthz / readyz: the same
-    status, headers and JSON), given whether the engine is `ready`."""
-    if path == b"/healthz":
-        status, body, more = b"200 OK", b'{"status":"ok"}', []
-    elif ready:
-        status, body, more = b"200 OK", b'{"status":"ready"}', []
-    else:
-        status, body = b"503 Service Unavailable", b'{"status":"loading"}'
-        more = [(b"retry-after", b"1")]
+    """`probe_answer` as the bytes the app writes (the same status, headers and JSON)."""
+    code, state, more_headers = probe_answer(path.decode(), ready)
+    status = b"%d %s" % (code, _REASONS[code])
+    body = json.dumps({"status": state}, separators=(",", ":")).encode()
+    more = [(k.encode(), v.encode()) for k, v in more_headers.items()]
     headers = [*extra, (b"content-length", str(len(body)).encode()),
                (b"content-type", b"application/json"), *more]  # fmt: skip
     if close:
@@ -283,6 +300,43 @@ class GuardedProtocol(H11Protocol):
         self.transport.close()
 
 
+UVICORN_TESTED = ">=0.54,<0.55"
+"""The uvicorn versions GuardedProtocol is tested on: pyproject pins the server extra to it."""
+UVICORN_MEMBERS: dict[type, tuple[str, ...]] = {
+    H11Protocol: (
+        "cycle", "conn", "server_state", "transport", "loop", "connections",
+        "timeout_keep_alive", "timeout_keep_alive_task", "timeout_keep_alive_handler",
+        "_unset_keepalive_if_required", "on_response_complete", "data_received",
+        "connection_made", "connection_lost",
+    ),
+    RequestResponseCycle: ("response_complete", "more_body"),
+}  # fmt: skip
+"""What GuardedProtocol reads of uvicorn beyond its public API: members of these classes (set
+as `self.<name>` in their source, or defined on them)."""
+
+
+def moved_uvicorn_members() -> list[str]:
+    """The members of UVICORN_MEMBERS that their classes no longer have: [] on a tested
+    uvicorn."""
+    moved = []
+    for cls, names in UVICORN_MEMBERS.items():
+        try:
+            source = inspect.getsource(cls)
+        except (OSError, TypeError):
+            source = ""
+        for name in names:
+            if not hasattr(cls, name) and f"self.{name} =" not in source:
+                moved.append(f"{cls.__name__}.{name}")
+    return moved
+
+
 def guarded_protocol(guard: ConnectionGuard) -> type[GuardedProtocol]:
-    """An H11Protocol class bound to `guard`, for uvicorn.Config(http=...)."""
+    """An H11Protocol class bound to `guard`, for uvicorn.Config(http=...); refuses a uvicorn
+    whose internals moved (a RuntimeError naming them), rather than misbehaving under load."""
+    moved = moved_uvicorn_members()
+    if moved:
+        raise RuntimeError(
+            f"uvicorn {uvicorn.__version__} lacks {', '.join(moved)}, which the connection "
+            f"guard (reweighter/api/http/connections.py) reads: install uvicorn{UVICORN_TESTED}"
+        )
     return type("GuardedH11Protocol", (GuardedProtocol,), {"guard": guard})

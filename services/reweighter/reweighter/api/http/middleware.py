@@ -8,15 +8,26 @@ at once with `connection: close`, so the server stops reading the rest of the bo
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ...assembly.pace import Pace
-from ...errors import LimitExceeded, ReweighterError, Unauthenticated
+from ...errors import InvalidInput, LimitExceeded, ReweighterError, Unauthenticated
+from ...tenancy import (
+    DEADLINE_HEADER,
+    DEFAULT,
+    Deadline,
+    Tenant,
+    Tenants,
+    enter,
+    set_deadline,
+    single_key,
+)
 from ...wire.http import ErrorOut
-from ..auth import check_bearer
+from ...wire.openai import OPENAI_PATHS, openai_error, openai_status
 from ..metrics import Metrics
 
 
@@ -26,6 +37,18 @@ def endpoint_name(path: str) -> str:
     if path.startswith("/v1/openrlhf/"):
         return "openrlhf"
     return path.rsplit("/", 1)[-1] or "root"
+
+
+def error_response(
+    path: str, exc: ReweighterError, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    """An error as the path's clients expect it: OpenAI's shape (400 for bad input) on the
+    OpenAI routes, ours (`ErrorOut`, the error's own code) everywhere else."""
+    if path in OPENAI_PATHS:
+        body = openai_error(exc).model_dump()
+        return JSONResponse(body, status_code=openai_status(exc), headers=headers)
+    body = ErrorOut.from_error(exc).model_dump()
+    return JSONResponse(body, status_code=exc.http_status, headers=headers)
 
 
 PROTECTED_PREFIX = "/v1/"
@@ -49,16 +72,20 @@ class BodyLimit:
         limit: int,
         metrics: Metrics,
         api_key: str | None = None,
-        own_secret: Callable[[str], bool] | None = None,
+        own_secret: Callable[[str], bool | Tenant] | None = None,
         pace: Pace | None = None,
+        tenants: Tenants | None = None,
     ) -> None:
-        """`own_secret(path)`: True for a path that carries its own secret and has passed its
-        check (raises Unauthenticated when it fails); such a path needs no bearer key. `pace`:
-        the assembler's (assembly/pace.py); a group member's request takes a turn before its
-        routing and parsing, so a burst of them cannot hold the loop in one iteration."""
+        """`own_secret(path)`: True (or its Tenant) for a path that carries its own secret and
+        has passed its check (raises Unauthenticated when it fails); such a path needs no bearer
+        key. `pace`: the assembler's (assembly/pace.py); a group member's request takes a turn
+        before its routing and parsing, so a burst of them cannot hold the loop in one
+        iteration. `tenants`: who may call (reweighter.tenancy); default: `api_key` alone.
+        The caller's tenant is set for the route (`reweighter.tenancy.current_tenant`)."""
         self.app, self.limit, self.metrics, self.api_key = app, limit, metrics, api_key
         self.own_secret = own_secret
         self.pace = pace
+        self.tenants = tenants if tenants is not None else Tenants(single_key(api_key))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -66,15 +93,23 @@ class BodyLimit:
             return
         headers = dict(scope.get("headers", []))
         path = scope.get("path", "")
+        tenant: Tenant | None = None
         try:
-            if self.own_secret is not None and self.own_secret(path):
-                pass
-            elif self.api_key and path.startswith(PROTECTED_PREFIX):
+            owned = self.own_secret(path) if self.own_secret is not None else False
+            if owned:
+                tenant = owned if isinstance(owned, Tenant) else DEFAULT
+            elif path.startswith(PROTECTED_PREFIX):
                 auth = headers.get(b"authorization")
-                check_bearer(auth.decode("latin-1") if auth else None, self.api_key)
-        except Unauthenticated as exc:
+                table = self.tenants.table
+                tenant = table.resolve_bearer(auth.decode("latin-1") if auth else None)
+            deadline = _deadline(headers.get(DEADLINE_HEADER.encode()), receive)
+        except (Unauthenticated, InvalidInput) as exc:
             await self._refuse(scope, send, exc)
             return
+        if tenant is not None:
+            scope["reweighter.tenant"] = tenant
+            enter(tenant)  # this request's task only (uvicorn runs each in its own)
+        set_deadline(deadline)
         if self.pace is not None and path.startswith(MEMBER_PREFIX):
             await self.pace.turn()
         declared = headers.get(b"content-length")
@@ -114,10 +149,28 @@ class BodyLimit:
         """Answer now and close: the unread rest of the body is never read."""
         path = endpoint_name(scope.get("path", ""))
         self.metrics.count_rejected("http", path, type(exc).__name__)
-        body = ErrorOut.from_error(exc).model_dump()
-        headers = {"connection": "close"}
-        response = JSONResponse(body, status_code=exc.http_status, headers=headers)
+        response = error_response(scope.get("path", ""), exc, {"connection": "close"})
         await response(scope, _no_receive, send)
+
+
+def _deadline(header: bytes | None, receive: Receive) -> Deadline | None:
+    """The request's deadline: `x-request-timeout` seconds from now, and a probe of whether its
+    client has gone (uvicorn's request cycle records a disconnect; other servers: no probe)."""
+    at = None
+    if header is not None:
+        try:
+            seconds = float(header)
+        except ValueError:
+            seconds = float("nan")
+        if not seconds > 0 or seconds == float("inf"):
+            raise InvalidInput(
+                f"must be a positive number of seconds, got {header.decode('latin-1')!r}",
+                field=DEADLINE_HEADER,
+            )
+        at = time.monotonic() + seconds
+    cycle = getattr(receive, "__self__", None)
+    gone = (lambda: bool(cycle.disconnected)) if hasattr(cycle, "disconnected") else None
+    return Deadline(at, gone)
 
 
 async def _no_receive() -> Message:

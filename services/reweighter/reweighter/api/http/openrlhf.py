@@ -10,7 +10,11 @@ and pass rates should see). OpenRLHF sends no step id, so openrlhf_rounds.py (be
 route) numbers each prompt's rounds; a sample beyond `n` while its prompt's full round is being
 answered is surplus: answered at once with its raw reward, opening no round. A round answered
 short and a surplus are reported in `extra_logs` (OpenRLHF logs every key as a metric), as a
-WARNING here, and in `reweighter_openrlhf_short_rounds_total`.
+WARNING here, and in `reweighter_openrlhf_short_rounds_total`. A surplus shows the URL's `n` is
+wrong: from then on every sample with that `n` (and every one still waiting in an open round)
+is answered with its raw reward, flagged `wrong_n` in `extra_logs` and counted in
+`reweighter_openrlhf_wrong_n_total`, and the reason is logged once, until the URL's `n`
+changes: no answer is ever computed over samples of two steps.
 
 Authentication: OpenRLHF's client sends no headers, so besides `/v1/openrlhf/reward` (the
 service's bearer key, like every /v1 route) the route is served at `/v1/openrlhf/<token>/reward`
@@ -36,6 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ...assembly import GroupAssembler, MemberReason, MemberResult, MemberSubmission
 from ...config import OpenRLHFSettings
 from ...errors import InvalidInput, NotReady, Unauthenticated
+from ...tenancy import Tenant, Tenants, current_tenant
 from ...types import DEFAULT_METHOD
 from ...verify import Verifier, response_of
 from ...verify.math_answers import canonical_answer, math_verifier
@@ -81,7 +86,8 @@ class OpenRLHFRewardOut(BaseModel):
         ...,
         description="raw_reward; reweighted (1 when the group was whole); short_round (1 when "
         "answered short: ?n= may not equal n_samples_per_prompt); surplus (1 for a sample "
-        "beyond n, answered raw at once; short_round is 1 too); mean_similarity",
+        "beyond n, answered raw at once; short_round is 1 too); wrong_n (1: answered raw because "
+        "a surplus showed this URL's n is wrong; short_round is 1 too); mean_similarity",
     )
 
 
@@ -92,6 +98,7 @@ class OpenRLHFStats:
     short_rounds: int = 0  # rounds answered with fewer than n members, or with a surplus
     surplus_rounds: int = 0  # ... of which more samples than n (a surplus, or a round right
     # after a full one)
+    wrong_n: int = 0  # samples answered raw because their URL's n was shown wrong
 
 
 class _StatsCollector(Collector):
@@ -108,6 +115,13 @@ class _StatsCollector(Collector):
         family.add_metric(["surplus"], float(self.stats.surplus_rounds))
         family.add_metric(["short"], float(self.stats.short_rounds - self.stats.surplus_rounds))
         yield family
+        wrong = CounterMetricFamily(
+            "reweighter_openrlhf_wrong_n",
+            "OpenRLHF samples answered with their raw reward because a surplus showed that the "
+            "URL's ?n= is below n_samples_per_prompt (the log names n and the reason)",
+        )
+        wrong.add_metric([], float(self.stats.wrong_n))
+        yield wrong
 
 
 def is_token_path(path: str, token: str | None) -> bool:
@@ -123,6 +137,21 @@ def is_token_path(path: str, token: str | None) -> bool:
     return True
 
 
+def token_tenant(path: str, token: str | None, tenants: Tenants) -> bool | Tenant:
+    """`is_token_path` with tenants: with a tenants file, the URL's token is a tenant's
+    `openrlhf_token` and names its tenant; without one, the service's --openrlhf-token."""
+    table = tenants.table
+    if not table.configured:
+        return is_token_path(path, token)
+    match = TOKEN_PATH.match(path)
+    if match is None:
+        return False
+    tenant = table.resolve_token(match["token"])
+    if tenant is None:
+        raise Unauthenticated("wrong OpenRLHF token in the URL (no tenant has it)")
+    return tenant
+
+
 def build_openrlhf_router(
     settings: OpenRLHFSettings,
     metrics: Metrics,
@@ -131,52 +160,105 @@ def build_openrlhf_router(
     verifier: Verifier | None = None,
     method: str = DEFAULT_METHOD,
     paths: tuple[str, ...] = (PATH, "/v1/openrlhf/{token}/reward"),
+    late_s: float = 10.0,
 ) -> APIRouter:
     """The route at `paths`. `verifier`: default from `settings` (the upstream URL, else the
-    math checker). Authentication is the middleware's (see `is_token_path`)."""
+    math checker). Authentication is the middleware's (see `is_token_path`). `late_s`: how long
+    after a round opened its siblings may still join it when it was opened just after the
+    prompt's full round was answered (openrlhf_rounds.py: a late surplus)."""
     if verifier is None:
         verifier = (
             UpstreamVerifier(settings.upstream_url) if settings.upstream_url else math_verifier()
         )
     stats = OpenRLHFStats()
     metrics.registry.register(_StatsCollector(stats))
-    rounds = Rounds("openrlhf", burst_s=settings.timeout_s)
+    # Each tenant's prompts have their own rounds and their own wrong-n state (tenants are the
+    # file's, so this holds at most one entry per tenant): two jobs on one prompt never meet.
+    per_tenant: dict[str, tuple[Rounds, dict[int, asyncio.Event]]] = {}
+
+    def state() -> tuple[Rounds, dict[int, asyncio.Event]]:
+        t = current_tenant()
+        if t not in per_tenant:
+            per_tenant[t] = (Rounds("openrlhf", burst_s=settings.timeout_s, late_s=late_s), {})
+        return per_tenant[t]
+
     close = getattr(verifier, "aclose", None)
     router = APIRouter(tags=["openrlhf"], on_shutdown=[close] if close else None)
 
+    # wrong_now (per tenant, in `state`): n -> set once a surplus shows n is wrong
+
+    def raw(seat_or_none: Seat | None, reward: float, rnd: int) -> MemberResult:
+        gid, mid = (seat_or_none.group_id, seat_or_none.member_id) if seat_or_none else ("", "")
+        return MemberResult(
+            gid, mid, reward, reward, None, complete=False,
+            reason=MemberReason.SHORT, stats=None, members=1, round=rnd,
+        )  # fmt: skip
+
+    def shown_wrong(size: int) -> None:
+        rounds, wrong_now = state()
+        event = wrong_now.setdefault(size, asyncio.Event())
+        if not event.is_set():
+            event.set()
+            log.warning(
+                "OpenRLHF: ?n=%d is wrong: %s. Every later sample with n=%d (and every one "
+                "waiting in an open round) is answered with its raw reward, flagged wrong_n, "
+                "until ?n= equals --rollout.n_samples_per_prompt",
+                size, rounds.wrong[size], size,
+            )  # fmt: skip
+
     async def one(
         size: int, query: str, prompt: str, reward: float
-    ) -> tuple[MemberResult | None, bool]:
-        """The sample's answer and whether it is surplus: None when it needs no group (n = 1),
-        a raw answer at once when it is surplus (seated in no round), else its round's."""
+    ) -> tuple[MemberResult | None, str]:
+        """The sample's answer and its flag: None when it needs no group (n = 1); a raw answer
+        at once when it is surplus (seated in no round) or its n was shown wrong ("surplus",
+        "wrong_n"); else its round's ("")."""
         if size == 1:
-            return None, False
+            return None, ""
         if assembler is None:
             raise NotReady("group assembly is not running in this service")
+        rounds, wrong_now = state()  # the caller's tenant's
+        if size in rounds.wrong:
+            stats.wrong_n += 1
+            return raw(None, reward, -1), "wrong_n"
         seat = rounds.enter(prompt, query, size)
         result: MemberResult | None = None
         try:
+            if seat.wrong:  # of the next step, after a late surplus opened its round
+                shown_wrong(size)
+                stats.wrong_n += 1
+                return raw(seat, reward, seat.round), "wrong_n"
             if seat.surplus:
-                result = MemberResult(
-                    seat.group_id, seat.member_id, reward, reward, None, complete=False,
-                    reason=MemberReason.SHORT, stats=None, members=1, round=seat.round,
-                )  # fmt: skip
-                return result, True
+                shown_wrong(size)
+                result = raw(seat, reward, seat.round)
+                return result, "surplus"
             response = response_of(query, prompt)
-            result = await assembler.submit(
+            submit = asyncio.ensure_future(assembler.submit(
                 MemberSubmission(
                     seat.group_id, seat.member_id, size, reward,
                     completion=response, method=method, timeout_s=settings.timeout_s,
                     answer=canonical_answer(response),  # the checker's reading of it
                 )
-            )  # fmt: skip
-            return result, False
+            ))  # fmt: skip
+            wrong = asyncio.ensure_future(wrong_now.setdefault(size, asyncio.Event()).wait())
+            try:
+                await asyncio.wait({submit, wrong}, return_when=asyncio.FIRST_COMPLETED)
+                if not submit.done() and rounds.whole(seat, size):
+                    await asyncio.wait({submit})  # a whole round is of one step: its answer
+            finally:
+                wrong.cancel()
+                if not submit.done():  # n shown wrong while it waited: its round could mix
+                    submit.cancel()
+            if submit.cancelled():
+                stats.wrong_n += 1
+                return raw(seat, reward, seat.round), "wrong_n"
+            result = submit.result()
+            return result, ""
         finally:
             _leave(seat, result, size)
 
     def _leave(seat: Seat, result: MemberResult | None, size: int) -> None:
         members = result.members if result is not None and not result.complete else size
-        short = rounds.leave(seat, answered=result is not None, members=members, n=size)
+        short = state()[0].leave(seat, answered=result is not None, members=members, n=size)
         if short is not None:
             stats.short_rounds += 1
             stats.surplus_rounds += short.after_full_round
@@ -219,7 +301,7 @@ def _group_size(given: str | None, default: int | None) -> int:
 
 
 def _answer(
-    raw: list[float], answers: list[tuple[MemberResult | None, bool]]
+    raw: list[float], answers: list[tuple[MemberResult | None, str]]
 ) -> OpenRLHFRewardOut:
     results = [res for res, _ in answers]
 
@@ -235,7 +317,8 @@ def _answer(
             "raw_reward": raw,
             "reweighted": [float(res is not None and res.complete) for res in results],
             "short_round": [float(not whole(res)) for res in results],
-            "surplus": [float(surplus) for _, surplus in answers],
+            "surplus": [float(flag == "surplus") for _, flag in answers],
+            "wrong_n": [float(flag == "wrong_n") for _, flag in answers],
             "mean_similarity": [
                 res.stats.mean_similarity if res is not None and res.stats else 1.0
                 for res in results

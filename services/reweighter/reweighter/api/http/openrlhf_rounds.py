@@ -13,6 +13,14 @@ r of a prompt is the assembly group `<prefix>:<prompt hash>:<r>`:
   opens no round: the route answers it at once with its raw reward, flagged. Were it to open
   the next round, the prompt's next samples would complete that round around it, and the
   numbers would be computed over samples of two steps;
+- a sample that arrives just after the full round was answered (within `burst_s`) may be a
+  *late* surplus, or the first of the prompt's next step: its round is opened *on probation*.
+  The samples of one step arrive together, so when another sample would join that round more
+  than `late_s` after it opened, its opener was a late surplus and the joiner is of the next
+  step (`Seat.wrong`): it is seated nowhere, and the route answers the round raw;
+- any surplus shows that `n` is wrong: `wrong` keeps the reason per `n`, and the route answers
+  every later sample of that `n` raw, and the open rounds it would have completed, until the
+  URL's `n` changes. No answer is ever computed over samples of two steps;
 - the member id is the query's hash, so a re-post of a sample (OpenRLHF retries failed
   requests) is the same member of the same round while its round is open, and within
   `retry_window_s` of its answer. An identical query while the first is still waiting is a
@@ -44,6 +52,8 @@ class Seat:
     round: int
     surplus: bool = False
     """Beyond `n` while the prompt's full round `round` is being answered: seated nowhere."""
+    wrong: bool = False
+    """Of the prompt's next step, joining a round a late surplus opened: seated nowhere."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +107,8 @@ class _Prompt:
     in_flight: dict[str, int] = field(default_factory=dict)  # query hash -> waiting calls
     open_calls: int = 0  # calls seated in the open round still waiting for their answer
     surplus: int = 0  # surplus samples of the open round
+    answered_at: float | None = None  # when a member of the open round got its answer
+    probation: bool = False  # the open round was opened just after a full round was answered
 
 
 class Rounds:
@@ -109,14 +121,18 @@ class Rounds:
         max_prompts: int = 100_000,
         retry_window_s: float = 60.0,
         burst_s: float = 60.0,
+        late_s: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.prefix = prefix
         self.max_prompts = max_prompts
         self.retry_window_s = retry_window_s
         self.burst_s = burst_s
+        self.late_s = late_s
         self._clock = clock
         self._prompts: OrderedDict[str, _Prompt] = OrderedDict()
+        self.wrong: dict[int, str] = {}
+        """n -> why it is wrong (the first surplus seen with it): the route answers raw."""
 
     @staticmethod
     def _key(prompt: str, n: int) -> str:
@@ -140,11 +156,22 @@ class Rounds:
             seat_round = before[0]  # a re-post of an answered member: the store has its answer
         elif len(state.members) >= n and state.open_calls > 0:
             state.surplus += 1  # its round is full and still being answered: seated nowhere
+            self.wrong.setdefault(
+                n, f"a sample of a prompt beyond n={n} arrived while its round of {n} was "
+                "answered (n_samples_per_prompt is larger than n)"
+            )
             return Seat(key, "", member, qhash, state.round, surplus=True)
         else:
             if state.answered or len(state.members) >= n:
                 self._close(state, n, now)
             seat_round = state.round
+            if state.probation and state.members and now - state.opened_at > self.late_s:
+                self.wrong.setdefault(
+                    n, f"a sample of a prompt arrived after its round of n={n} was answered and "
+                    f"no sibling followed within {self.late_s:g} s: a surplus of that step "
+                    "(n_samples_per_prompt is larger than n)"
+                )
+                return Seat(key, "", member, qhash, state.round, wrong=True)
         if seat_round == state.round:
             if not state.members:
                 state.opened_at = now
@@ -155,18 +182,30 @@ class Rounds:
         state.in_flight[qhash] = copies + 1
         return Seat(key, f"{self.prefix}:{key}:{seat_round}", member, qhash, seat_round)
 
+    def whole(self, seat: Seat, n: int) -> bool:
+        """Whether the seat's round holds its n members (or was closed): its answer is of one
+        step, and stands when `n` is shown wrong meanwhile."""
+        state = self._prompts.get(seat.key)
+        return state is None or seat.round != state.round or len(state.members) >= n
+
     def _close(self, state: _Prompt, n: int, now: float) -> None:
         state.previous = {
             m: v for m, v in state.previous.items() if now - v[1] <= self.retry_window_s
         }
         state.previous.update({m: (state.round, now) for m in state.members})
         state.previous_full_at = state.full_at
+        state.probation = (
+            state.full_at is not None
+            and state.answered_at is not None
+            and now - state.answered_at <= self.burst_s
+        )
         state.round += 1
         state.members = {}
         state.answered = False
         state.full_at = None
         state.open_calls = 0
         state.surplus = 0
+        state.answered_at = None
 
     def leave(self, seat: Seat, *, answered: bool, members: int, n: int) -> ShortRound | None:
         """The sample's call ended. `answered`: it got an answer computed over `members`
@@ -174,7 +213,7 @@ class Rounds:
         one of its members is answered short, or the first time it has a surplus sample;
         None otherwise."""
         state = self._prompts.get(seat.key)
-        if state is None:
+        if state is None or seat.wrong:
             return None
         if seat.surplus:
             if seat.round != state.round or state.reported >= seat.round:
@@ -192,6 +231,7 @@ class Rounds:
             return None
         if seat.round == state.round:
             state.answered = True
+            state.answered_at = self._clock()
             state.previous.update({m: (state.round, self._clock()) for m in state.members})
         if members >= n or state.reported >= seat.round:
             return None

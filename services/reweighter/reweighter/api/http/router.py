@@ -22,6 +22,7 @@ from ...assembly import GroupAssembler
 from ...config import Settings
 from ...engine.surface import EngineSurface
 from ...errors import NotReady
+from ...tenancy import Tenants, current_tenant, single_key
 from ...types import EngineInfo
 from ...wire.calls import CALLS, Call
 from ...wire.http import (
@@ -35,8 +36,10 @@ from ...wire.http import (
     model,
     to_engine,
 )
-from ..auth import check_bearer
 from ..metrics import Metrics
+from .connections import probe_answer
+from .dashboard import build_dashboard_data, build_dashboard_page
+from .openai import build_openai_router
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorOut, "description": desc}
@@ -65,26 +68,32 @@ def build_router(
     settings: Settings,
     metrics: Metrics,
     assembler: GroupAssembler | None = None,
+    tenants: Tenants | None = None,
 ) -> APIRouter:
+    who = tenants if tenants is not None else Tenants(single_key(settings.api_key))
+
     def require_key(request: Request) -> None:
-        check_bearer(request.headers.get("authorization"), settings.api_key)
+        # The middleware resolved the tenant already; this is the routes' own guard.
+        who.table.resolve_bearer(request.headers.get("authorization"))
 
     health = APIRouter(tags=["health"])
     api = APIRouter(prefix="/v1", dependencies=[Depends(require_key)], responses=ERROR_RESPONSES)
 
+    def probe(path: str, response: Response) -> StatusOut:
+        code, state, headers = probe_answer(path, engine.ready)
+        response.status_code = code
+        response.headers.update(headers)
+        return StatusOut(status=state)
+
     @health.get("/healthz", response_model=StatusOut)
-    async def healthz() -> StatusOut:
+    async def healthz(response: Response) -> StatusOut:
         """The process is alive (it may still be loading the model)."""
-        return StatusOut(status="ok")
+        return probe("/healthz", response)
 
     @health.get("/readyz", response_model=StatusOut, responses={503: {"model": StatusOut}})
     async def readyz(response: Response) -> StatusOut:
         """200 once the model is loaded; 503 before (route traffic only when ready)."""
-        if engine.ready:
-            return StatusOut(status="ready")
-        response.status_code = 503
-        response.headers["Retry-After"] = "1"
-        return StatusOut(status="loading")
+        return probe("/readyz", response)
 
     @health.get("/metrics", response_class=Response)
     async def prometheus() -> Response:
@@ -92,9 +101,10 @@ def build_router(
 
     @api.get("/info", response_model=EngineInfo)
     async def info() -> EngineInfo:
-        """Model, dimension, device, methods and their parameter schemas, limits, version."""
+        """Model, dimension, device, methods and their parameter schemas, limits, version, and
+        the caller's tenant."""
         with metrics.track("http", "info"):
-            return engine.info()
+            return {**engine.info(), "tenant": current_tenant()}
 
     for call in CALLS.values():
         api.add_api_route(
@@ -125,8 +135,12 @@ def build_router(
             sub = to_engine(body, group_id=group_id)
             return answer(await assembler.submit(sub))  # type: ignore[return-value]
 
+    api.include_router(build_openai_router(engine, settings, metrics))
+    api.include_router(build_dashboard_data(engine, metrics))
+
     router = APIRouter()
     router.include_router(health)
+    router.include_router(build_dashboard_page())
     router.include_router(api)
     return router
 

@@ -111,7 +111,7 @@ class InfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class InfoResponse(_message.Message):
-    __slots__ = ("model", "dim", "device", "version", "long_text", "methods", "advantages", "limits", "ready", "precision")
+    __slots__ = ("model", "dim", "device", "version", "long_text", "methods", "advantages", "limits", "ready", "precision", "tenant")
     class MethodsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -136,6 +136,7 @@ class InfoResponse(_message.Message):
     LIMITS_FIELD_NUMBER: _ClassVar[int]
     READY_FIELD_NUMBER: _ClassVar[int]
     PRECISION_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
     model: str
     dim: int
     device: str
@@ -146,7 +147,8 @@ class InfoResponse(_message.Message):
     limits: _containers.ScalarMap[str, int]
     ready: bool
     precision: str
-    def __init__(self, model: _Optional[str] = ..., dim: _Optional[int] = ..., device: _Optional[str] = ..., version: _Optional[str] = ..., long_text: _Optional[str] = ..., methods: _Optional[_Mapping[str, _struct_pb2.Struct]] = ..., advantages: _Optional[_Iterable[str]] = ..., limits: _Optional[_Mapping[str, int]] = ..., ready: _Optional[bool] = ..., precision: _Optional[str] = ...) -> None: ...
+    tenant: str
+    def __init__(self, model: _Optional[str] = ..., dim: _Optional[int] = ..., device: _Optional[str] = ..., version: _Optional[str] = ..., long_text: _Optional[str] = ..., methods: _Optional[_Mapping[str, _struct_pb2.Struct]] = ..., advantages: _Optional[_Iterable[str]] = ..., limits: _Optional[_Mapping[str, int]] = ..., ready: _Optional[bool] = ..., precision: _Optional[str] = ..., tenant: _Optional[str] = ...) -> None: ...
 
 class Vector(_message.Message):
     __slots__ = ("values",)

