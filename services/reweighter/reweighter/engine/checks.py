@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 from ..errors import InvalidInput, LimitExceeded
 from ..limits import Limits
 from ..methods import MethodSpec, get_method
-from ..methods.estimators import get_estimator
+from ..methods.estimators import EstimatorSpec, get_estimator
 from ..types import AdvantageKind, MemberSubmission, ReweightRequest
 
 
@@ -83,9 +83,13 @@ class _Settings:
 
     spec: MethodSpec
     params: BaseModel
-    kind: str
+    estimator: EstimatorSpec
     adv_params: BaseModel
     step: int | None
+
+    @property
+    def kind(self) -> str:
+        return str(self.estimator.name)
 
     @property
     def memory(self) -> bool:
@@ -95,10 +99,10 @@ class _Settings:
 def _check_settings(message: ReweightRequest | MemberSubmission) -> _Settings:
     spec = get_method(message.method)
     params = _check_params(spec.name, spec.params_model, message.params)
-    kind = get_estimator(message.advantages).name
-    adv_params = check_advantage_params(kind, message.advantage_params, spec.name)
+    estimator = get_estimator(message.advantages)
+    adv_params = check_advantage_params(estimator, message.advantage_params, spec.name)
     step = _check_step(message.step, required="memory" in spec.needs, method=spec.name)
-    return _Settings(spec, params, kind, adv_params, step)
+    return _Settings(spec, params, estimator, adv_params, step)
 
 
 def check_request(request: ReweightRequest, limits: Limits) -> Checked:
@@ -143,7 +147,9 @@ def check_request(request: ReweightRequest, limits: Limits) -> Checked:
                     "completion)",
                     field=f"{where}.answers",
                 )
-        check_within_group(kind, adv_params, len(r), f"the group's {len(r)} completions ({where})")
+        check_within_group(
+            settings.estimator, adv_params, len(r), f"the group's {len(r)} completions ({where})"
+        )
         answers.append(a)
         keys.append(key)
         if _texts_given(g.completions, g.embeddings, "completions or embeddings", where):
@@ -177,10 +183,9 @@ MAX_ANSWER_CHARS = 4096
 MAX_PROMPT_KEY_CHARS = 1024
 
 
-def check_advantage_params(kind: str, given: Any, method: str) -> BaseModel:
+def check_advantage_params(spec: EstimatorSpec, given: Any, method: str) -> BaseModel:
     """The estimator's parameters (field "advantage_params.<name>") by its catalogue entry
     (methods/estimators.py), and whether it goes with `method` (field "advantages")."""
-    spec = get_estimator(kind)
     if spec.methods is not None and method not in spec.methods:
         goes = " or ".join(repr(m) for m in spec.methods)
         raise InvalidInput(
@@ -203,10 +208,10 @@ def check_advantage_params(kind: str, given: Any, method: str) -> BaseModel:
         ) from e
 
 
-def check_within_group(kind: str, params: BaseModel, n: int, where: str) -> None:
+def check_within_group(spec: EstimatorSpec, params: BaseModel, n: int, where: str) -> None:
     """An estimator parameter bounded by the group's size (pass_at_k's k <= n), against a group
     of `n` (`where` says which: "the group's 8 completions (groups[2])", "the group_size 8")."""
-    bound = get_estimator(kind).within_group
+    bound = spec.within_group
     if bound is not None and getattr(params, bound) > n:
         value = getattr(params, bound)
         raise InvalidInput(
@@ -319,7 +324,7 @@ def check_member(
     settings = _check_settings(member)
     spec, params, kind = settings.spec, settings.params, settings.kind
     adv_params, memory, step = settings.adv_params, settings.memory, settings.step
-    check_within_group(kind, adv_params, size, f"the group_size {size}")
+    check_within_group(settings.estimator, adv_params, size, f"the group_size {size}")
     prompt_key = _check_prompt_key(member.prompt_key, "prompt_key")
     if memory and prompt_key is None:
         raise InvalidInput(
