@@ -80,17 +80,21 @@ SERVICE=$!
 # GX_PILOT=none: no pilot file (delta_2x then comes from the runs' own GRPO curves, computed
 # afterwards: `python -m reweighter_trainer.decision --pilot DIR`, then --collect-only again)
 PILOT=${GX_PILOT:-experiments/picktwo-pilot-lr5e-6/pilot.json}
-DECIDE=(--rule area --preregistered "${GX_PREREG:-$(cat experiments/picktwo-pilot/PREREGISTERED)}")
+# GX_RULE=wordadd: issue 40's rule (delta_2x from the runs' own GRPO curves, validity gates)
+DECIDE=(--rule "${GX_RULE:-area}" --preregistered "${GX_PREREG:-$(cat experiments/picktwo-pilot/PREREGISTERED)}")
 [ "$PILOT" != none ] && DECIDE+=(--pilot "$PILOT")
 # shellcheck disable=SC2206  # GX_OVERRIDES: config key=value pairs, split on spaces
-SETUP=(--config trainer/configs/smollm2-picktwo.yaml --out "$EXP" --url "http://127.0.0.1:$PORT"
+SETUP=(--config "${GX_CONFIG:-trainer/configs/smollm2-picktwo.yaml}" --out "$EXP"
+       --url "http://127.0.0.1:$PORT"
        --methods "${GX_METHODS:-grpo,mmr,dra,darling,grpo-passk}" --seeds "$SEEDS"
        --steps "$STEPS" --eval-prompts "$EVAL" --samples 8 "${DECIDE[@]}" --no-dra-offline
        "$DEVICE" ${GX_OVERRIDES:-})
 left=$((LIMIT - (SECONDS - T0)))
 echo "experiment: ${left} s left of ${LIMIT}: ${SETUP[*]}"
 # the main mode of scripts/experiment.sh, with the GPU's overrides
-timeout -k 15 "$left" $PY -m reweighter_trainer.experiment "${SETUP[@]}" --base-eval \
+# GX_BASE_EVAL=0: no evaluation of the untrained policy (seconds a tight budget lacks)
+BASE=(--base-eval); [ "${GX_BASE_EVAL:-1}" = 0 ] && BASE=()
+timeout -k 15 "$left" $PY -m reweighter_trainer.experiment "${SETUP[@]}" "${BASE[@]}" \
   --jobs "${GX_JOBS:-12}" 2>&1 | tee -a "$EXP/experiment.log"
 RC=${PIPESTATUS[0]}
 echo "experiment rc=$RC after $((SECONDS - T0)) s"

@@ -158,6 +158,10 @@ def test_every_arm_is_a_config_the_trainer_accepts() -> None:
         cfg = parse(raw)
         assert cfg.reweighter.params == params
     assert ARMS["mmr"][1]["equal_rewards"] == "diversify"
+    from reweighter_trainer.experiment import arm_raw
+
+    cfg = parse(arm_raw(load_raw(REPO / "trainer/configs/smollm2-picktwo.yaml"), "grpo-passk",
+                        "http://127.0.0.1:1"))
     assert cfg.reweighter.advantages == "pass_at_k" and cfg.grpo["scale_rewards"] == "none"
     assert cfg.reweighter.advantage_params == {"k": 4, "success_threshold": 1.0}
 

@@ -39,8 +39,18 @@ def test_darling_with_answers_and_without() -> None:
     eng = engine()
     g = Group(rewards=[1.0, 1.0, 0.5, 0.0], embeddings=E4, answers=["4", "4", "5", None])
     out = eng.reweight(req([g], method="darling")).groups[0]
-    # Hand case of test_methods_classes: d = (2/3, 2/3, 1, 1).
+    # Hand case of test_methods_classes: d = (2/3, 2/3, 1, 0 -> the floor); 0 x 0.1 = 0.
     assert out.rewards == pytest.approx([2 / 3, 2 / 3, 0.5, 0.0])
+    # The unanswered item with a positive reward keeps only the floor's share (issue 40),
+    # while without answers (classes from embeddings) every item counts as answered.
+    g = Group(rewards=[1.0, 1.0, 0.5, 0.8], embeddings=E4, answers=["4", "4", "5", None])
+    out = eng.reweight(req([g], method="darling")).groups[0]
+    assert out.rewards == pytest.approx([2 / 3, 2 / 3, 0.5, 0.08])
+    g = Group(rewards=[1.0, 1.0, 0.5, 0.8], embeddings=E4)
+    assert eng.reweight(req([g], method="darling")).groups[0].rewards == pytest.approx(
+        [2 / 3, 2 / 3, 0.5, 0.8])
+    g = Group(rewards=[1.0, 1.0, 0.5, 0.0], embeddings=E4, answers=["4", "4", "5", None])
+    out = eng.reweight(req([g], method="darling")).groups[0]
     assert out.stats.classes == 3 and out.stats.distinct_answers == 2
     # n = 4, sum of max(0, s) = 4 + 2 (the identical pair): 16 / 6.
     assert out.stats.effective_size == pytest.approx(16 / 6)

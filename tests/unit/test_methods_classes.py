@@ -86,6 +86,44 @@ def test_darling_hand_computed_from_answers() -> None:
     close(darling(torch.tensor([1.0, 1.0, 0.5, 0.0]), labels), [2 / 3, 2 / 3, 0.5, 0.0])
 
 
+def test_darling_gives_an_unanswered_completion_no_diversity_credit() -> None:
+    # issue 40: a formatted wrong completion without an extractable answer (reward +1 from the
+    # format term) beside three copies of one right answer (reward 3). Before: the None was a
+    # class of its own (d = 1) and kept 1.0 while each right answer kept 3 x 1/3 = 1.0 ... and at
+    # the floor (more copies) fell below it. Now d = 0 -> the floor: 0.1 x 1.0.
+    given = ["4", "4", "4", None]
+    labels = torch.tensor(answer_labels(given))
+    r = torch.tensor([3.0, 3.0, 3.0, 1.0])
+    ans = torch.tensor([a is not None for a in given])
+    close(darling(r, labels), [1.0, 1.0, 1.0, 1.0])  # the old rule: a tie, right == wrong
+    close(darling(r, labels, answered=ans), [1.0, 1.0, 1.0, 0.1])
+    # eight: seven copies of the right answer (d = 1/7) and one unanswered completion
+    labels = torch.tensor(answer_labels(["4"] * 7 + [None]))
+    r = torch.tensor([3.0] * 7 + [1.0])
+    ans = torch.tensor([True] * 7 + [False])
+    assert darling(r, labels)[7] > darling(r, labels)[0]  # the old inversion: wrong above right
+    close(darling(r, labels, answered=ans), [3.0 / 7] * 7 + [0.1])
+    # the paper's floor-free formula: an unanswered completion's reward goes to 0
+    close(darling(r, labels, answered=ans, diversity_floor=0.0), [3.0 / 7] * 7 + [0.0])
+    # a lone right answer among failures still counts them as different from it: d = 1
+    labels = torch.tensor(answer_labels(["4", None, None]))
+    close(darling(torch.tensor([3.0, 1.0, 1.0]), labels,
+                  answered=torch.tensor([True, False, False])), [3.0, 0.1, 0.1])
+    # a penalty stays a penalty whether or not the completion answered
+    close(darling(torch.tensor([-0.5, 2.0]), torch.tensor([0, 1]),
+                  answered=torch.tensor([False, True])), [-0.5, 2.0])
+    # every item answered: the same numbers as without `answered`
+    r, labels = torch.tensor([1.0, 1.0, 0.5]), torch.tensor([0, 0, 1])
+    close(darling(r, labels, answered=torch.ones(3, dtype=torch.bool)), darling(r, labels))
+
+
+def test_darling_answered_is_checked_naming_the_field() -> None:
+    with pytest.raises(InvalidInput, match="answered"):
+        darling(torch.ones(3), torch.tensor([0, 1, 2]), answered=torch.tensor([1, 0, 1]))
+    with pytest.raises(InvalidInput, match="answered"):
+        darling(torch.ones(3), torch.tensor([0, 1, 2]), answered=torch.tensor([True, False]))
+
+
 def test_darling_floor_as_the_authors_code_and_the_paper_without_it() -> None:
     # One class: d = 0 for every item. The code's floor 0.1 keeps the quality differences.
     r = torch.tensor([1.0, 0.5, 0.2])
@@ -249,6 +287,8 @@ def test_new_methods_are_permutation_equivariant(
     r, lab, cnt = torch.tensor(rewards), torch.tensor(labels), torch.tensor(counts)
     p = torch.tensor(perm)
     close(darling(r[p], lab[p]), darling(r, lab)[p].tolist())
+    ans = lab != 3  # label 3 stands for "no answer": the flag moves with its item
+    close(darling(r[p], lab[p], answered=ans[p]), darling(r, lab, answered=ans)[p].tolist())
     for baseline in (None, 0.5, "mean"):
         close(
             outcome_ucb(r[p], cnt[p], baseline=baseline),

@@ -395,6 +395,91 @@ def pilot_summary(results: dict[str, Any], n: int = 1000, group: int | None = No
     }
 
 
+# --- wordadd (issue 40, item 3; pre-registered in EXPERIMENTS.md before any main-run data) ----
+
+CONTROL = "grpo-2xlr"
+"""The positive control: GRPO at twice the learning rate. It must come out "speeds up"."""
+MIN_GAIN_GATE = 0.10
+"""Validity gate: GRPO's mean (last-10 mean - first-5 mean) over seeds must reach this."""
+MAX_LAST10_GATE = 0.85
+"""Validity gate: GRPO's mean last-10 accuracy over seeds must not exceed this (saturation)."""
+MIN_COMPLETE_SEEDS = 8
+"""Fewer seeds with every arm finished than this: no verdict (the run was cut short)."""
+SPEEDUP_GRID = tuple(round(1.0 + 0.01 * i, 2) for i in range(1, 201))
+"""Speed-ups (1.01x to 3.00x) against which each interval's upper bound is read."""
+
+WORDADD_RULE = (
+    "Seeds: those on which grpo, every compared arm and the control all finished (at least "
+    f"{MIN_COMPLETE_SEEDS}, else no verdict). delta_2x = delta_for_speedup(GRPO's raw per-step "
+    "training-accuracy curves on those seeds) (the mean gain in area a 1/0.52x compression "
+    "predicts). Validity gates, all required, else no verdict for any arm: (1) GRPO improves: "
+    "mean over seeds of mean(last 10 steps) - mean(first 5 steps) >= 0.10; (2) GRPO does not "
+    "saturate: mean over seeds of mean(last 10 steps) <= 0.85; (3) the positive control "
+    "(GRPO at 2x the learning rate) 'speeds up' by the area rule at 95 % (its own family of "
+    "one). Then AREA_RULE for the non-control arms against GRPO, family-wise 95 % over those "
+    "arms only, with that delta_2x. For every arm (control included): the smallest speed-up x "
+    "on a 0.01 grid from 1.01x to 3.00x from which on the interval's upper bound lies below "
+    "the gain delta_for_speedup(GRPO curves, 1/x) predicts (the speed-ups it excludes)."
+)
+
+
+def excluded_from(upper: float, curves: Sequence[Sequence[float]],
+                  grid: Sequence[float] = SPEEDUP_GRID) -> float | None:
+    """The smallest speed-up x in `grid` such that x and every larger grid speed-up predict a
+    gain (delta_for_speedup(curves, 1/x)) above `upper`, an interval's upper bound: the
+    speed-ups that interval excludes are x and beyond. None when it excludes none of them."""
+    deltas = [delta_for_speedup(curves, 1 / x) for x in grid]
+    best = None
+    for x, d in zip(reversed(grid), reversed(deltas), strict=True):
+        if d > upper:
+            best = x
+        else:
+            break
+    return best
+
+
+def wordadd_decision(runs: list[dict[str, Any]], arms: Sequence[str] = ("mmr",),
+                     control: str = CONTROL, base: str = "grpo") -> dict[str, Any]:
+    """WORDADD_RULE over results.json runs: the gates, the verdicts, the excluded speed-ups."""
+    by = {(r["method"], r["seed"]): r for r in runs}
+    need = [base, *arms, control]
+    seeds = sorted({s for _, s in by if all((m, s) in by for m in need)})
+    out: dict[str, Any] = {"rule": WORDADD_RULE, "base": base, "arms": list(arms),
+                           "control": control, "seeds": seeds}
+    if len(seeds) < MIN_COMPLETE_SEEDS:
+        out.update(verdict_per_arm={a: "no verdict" for a in arms},
+                   reason=f"{len(seeds)} seeds with every arm finished, fewer than "
+                          f"{MIN_COMPLETE_SEEDS}")
+        return out
+    curves = [by[(base, s)]["accuracy_curve"] for s in seeds]
+    delta = delta_for_speedup(curves)
+    gain = float(np.mean([np.mean(c[-10:]) - np.mean(c[:5]) for c in curves]))
+    last = float(np.mean([np.mean(c[-10:]) for c in curves]))
+
+    def diffs(arm: str) -> list[float]:
+        return [area(by[(arm, s)]["accuracy_curve"]) - area(by[(base, s)]["accuracy_curve"])
+                for s in seeds]
+
+    ctrl = area_verdict(diffs(control), delta, 1)
+    gates = {"grpo_gain": {"value": gain, "min": MIN_GAIN_GATE, "passed": gain >= MIN_GAIN_GATE},
+             "grpo_last10": {"value": last, "max": MAX_LAST10_GATE,
+                             "passed": last <= MAX_LAST10_GATE},
+             "control_speeds_up": {"verdict": ctrl["verdict"],
+                                   "passed": ctrl["verdict"] == "speeds up"}}
+    valid = all(g["passed"] for g in gates.values())
+    per = {a: area_verdict(diffs(a), delta, len(arms)) for a in arms}
+    for v in [*per.values(), ctrl]:
+        v["excluded_from"] = excluded_from(v["interval"][1], curves) if "interval" in v else None
+    out.update(
+        delta_2x=delta, gates=gates, valid=valid,
+        verdict_per_arm={a: (v["verdict"] if valid else "no verdict") for a, v in per.items()},
+        intervals=per, control_interval=ctrl,
+        reason=None if valid else "validity gate failed: " + ", ".join(
+            k for k, g in gates.items() if not g["passed"]),
+    )
+    return out
+
+
 SCENARIOS = [(top, ramp, speed) for top in (0.5, 0.7) for ramp in (20, 30, 40)
              for speed in (1.0, 0.8, 0.52)]
 """Simulated training: accuracy climbs linearly from 0.24 (the gate) to `top` in `ramp` steps

@@ -45,13 +45,18 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     "mmr-keep": (Method.MMR.value, {"lambda": "adaptive", "equal_rewards": "keep"}),
     "darling": (Method.DARLING.value, {}),
     "grpo-passk": (Method.NONE.value, {}),
+    "grpo-2xlr": (Method.NONE.value, {}),
 }
 """An experiment arm -> the reweighting method and params it trains with (GRPO: rewards
 unchanged). `mmr` is MMR-GRPO as the paper runs it (adaptive lambda, groups of equal rewards
 diversified); `mmr-keep` is what the pickone runs called "mmr" (equal groups left alone).
 `darling` (arXiv 2509.02534) takes its answer classes from the task's exact answers
 (`rewards.extract_answers`, sent by every arm; only darling uses them). `grpo-passk` is GRPO
-with Pass@k Training's advantages (ARM_CONFIG)."""
+with Pass@k Training's advantages (ARM_CONFIG). `grpo-2xlr` is GRPO at twice the config's
+learning rate (ARM_LR_SCALE): wordadd's positive control, an arm known to learn faster, so the
+rule must be able to say "speeds up" on this setup before its other verdicts count."""
+ARM_LR_SCALE: dict[str, float] = {"grpo-2xlr": 2.0}
+"""An arm's learning rate as a multiple of the shared config's (applied after its overrides)."""
 PASSK_K = 4
 ARM_CONFIG: dict[str, dict[str, Any]] = {
     "grpo-passk": {"reweighter": {"advantages": "pass_at_k",
@@ -183,19 +188,29 @@ class StepRecorder:
         self.distinct.append(float(np.mean(distinct)) if distinct else 0.0)
 
 
-def run_one(raw: dict, method: str, seed: int, steps: int, out: Path, eval_rows: list[dict],
-            opts: argparse.Namespace, embed) -> dict[str, Any]:
-    """Train one (method, seed), evaluate it, return its results.json entry."""
+def arm_raw(raw: dict, method: str, url: str) -> dict:
+    """A copy of the shared config `raw` as arm `method` trains it: its method and params
+    (ARMS), its config (ARM_CONFIG), its learning rate (ARM_LR_SCALE), the service at `url`."""
     raw = json.loads(json.dumps(raw))
     name, params = ARMS[method]
     raw["reweighter"]["method"] = name
     raw["reweighter"]["params"] = dict(params)
-    raw["reweighter"]["url"] = opts.url
+    raw["reweighter"]["url"] = url
     for key, value in ARM_CONFIG.get(method, {}).items():
         if isinstance(value, dict):
             raw.setdefault(key, {}).update(value)
         else:
             raw[key] = value
+    if method in ARM_LR_SCALE:  # TRL's GRPOConfig default when the config names none
+        raw["learning_rate"] = float(raw.get("learning_rate", 1e-6)) * ARM_LR_SCALE[method]
+    return raw
+
+
+def run_one(raw: dict, method: str, seed: int, steps: int, out: Path, eval_rows: list[dict],
+            opts: argparse.Namespace, embed) -> dict[str, Any]:
+    """Train one (method, seed), evaluate it, return its results.json entry."""
+    name, params = ARMS[method]
+    raw = arm_raw(raw, method, opts.url)
     raw.update(seed=seed, data_seed=seed, max_steps=steps, output_dir=str(out / f"{method}-{seed}"))
     cfg = parse(raw)
     from .data import load_dataset
@@ -224,6 +239,7 @@ def run_one(raw: dict, method: str, seed: int, steps: int, out: Path, eval_rows:
     return {
         "method": method,
         "reweighter": {"method": name, "params": params},
+        "learning_rate": cfg.grpo.get("learning_rate"),
         "seed": seed,
         "steps": trainer.state.global_step,
         "reward_curve": curve,
@@ -256,7 +272,16 @@ def _decide(runs: list[dict], out: Path, client, offline_ok: bool,
 
     extra: dict[str, Any] = {}
     methods = {r["method"] for r in runs}
-    if opts is not None and (opts.pilot or opts.rule == "area"):
+    if opts is not None and opts.rule == "wordadd":
+        # delta_2x from the runs' own GRPO curves, gates, then the non-control arms
+        from .decision import CONTROL, wordadd_decision
+
+        arms = [m for m in opts.methods.split(",") if m and m not in ("grpo", CONTROL)]
+        extra["decision"] = {**wordadd_decision(runs, arms=arms),
+                             "preregistered_commit": opts.preregistered}
+        log(f"decision: {extra['decision']['verdict_per_arm']} "
+            f"({extra['decision'].get('reason') or 'gates passed'})")
+    elif opts is not None and (opts.pilot or opts.rule == "area"):
         # without a pilot (a --quick check before one exists) delta_2x is NaN: nothing is
         # "refuted", and results.json says there was no pilot
         pilot = json.loads(Path(opts.pilot).read_text()) if opts.pilot else {}
@@ -340,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="steps_to_target: trailing-3-step mean training accuracy to reach")
     p.add_argument("--base-eval", action="store_true", help="also evaluate the untrained policy")
     p.add_argument("--pilot", help="pilot.json (delta_2x, power): decide by the area rule")
-    p.add_argument("--rule", choices=("area", "ratio"), default="ratio",
+    p.add_argument("--rule", choices=("area", "ratio", "wordadd"), default="ratio",
                    help="area: decision.AREA_RULE (implied by --pilot); ratio: pickone's rule")
     p.add_argument("--preregistered", help="the commit whose EXPERIMENTS.md holds the rule")
     p.add_argument("--no-dra-offline", action="store_true",
@@ -351,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="train the seeds in this many processes side by side (then collect)")
     p.add_argument("--rollout", metavar="URL",
                    help="generate on this rollout server (`bash scripts/rollout-cpu.sh`, or "
-                        "`trl vllm-serve` on a GPU; it must serve the config's policy), the "
+                        "`vllm serve` on a GPU; it must serve the config's policy), the "
                         "trainer's weights synced to it before every step; one run at a time")
     p.add_argument("overrides", nargs="*", help="config key=value overrides for every run")
     argv = list(sys.argv[1:] if argv is None else argv)

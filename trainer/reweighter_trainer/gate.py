@@ -29,7 +29,39 @@ from typing import Any
 
 import numpy as np
 
-BANDS = {"pickone": (0.2, 0.6), "picktwo": (0.1, 0.4)}
+BANDS = {"pickone": (0.2, 0.6), "picktwo": (0.1, 0.4), "wordadd": (0.05, 0.4)}
+SAME_PATH = 0.9
+"""wordadd's embedder condition: its answer is one number, so "same vs different answer" is
+empty; what the similarity methods need is that correct completions reached by different paths
+do not look identical. The gate asks that the mean within-prompt cosine among correct
+completions has its 95 % upper bound below this (metrics.DISTINCT_THRESHOLD: the cosine at
+which two correct completions count as the same solution)."""
+
+
+def correct_similarity(prompts: list[dict[str, Any]]) -> dict[str, Any]:
+    """wordadd's gate figures over per-prompt records {correct, cos_correct}: the share of
+    groups with >= 2 correct (where a group can hold two solutions at all), the mean
+    within-prompt cosine among correct completions (mean over prompts of each prompt's mean,
+    bootstrap over prompts) and the share of correct pairs at or above SAME_PATH."""
+    two = [p for p in prompts if sum(p["correct"]) >= 2]
+
+    def mean_cos(ps):
+        m = [float(np.mean(p["cos_correct"])) for p in ps if p["cos_correct"]]
+        return float(np.mean(m)) if m else None
+
+    pairs = [c for p in two for c in p["cos_correct"]]
+    ci = bootstrap(two, mean_cos) if len(two) >= 3 else None
+    return {
+        "groups_with_two_correct": len(two),
+        "share_groups_two_correct": len(two) / len(prompts) if prompts else None,
+        "correct_pairs": len(pairs),
+        "mean_similarity_correct": mean_cos(two),
+        "mean_similarity_correct_ci95": ci,
+        "share_correct_pairs_same_path": float(np.mean([c >= SAME_PATH for c in pairs]))
+        if pairs else None,
+        "same_path_threshold": SAME_PATH,
+        "correct_paths_distinct": ci is not None and ci[1] < SAME_PATH,
+    }
 
 
 def similarity_pairs(
@@ -90,6 +122,9 @@ def summarise(prompts: list[dict[str, Any]], band: tuple[float, float] = BANDS["
     out["between_prompt_var"] = between_prompt_variance(prompts)
     in_band = accuracy is not None and band[0] <= accuracy <= band[1]
     sees = out["similarity_gap_ci95"] is not None and out["similarity_gap_ci95"][0] > 0
+    if all("cos_correct" in p for p in prompts):  # wordadd: one answer, several paths
+        out.update(correct_similarity(prompts))
+        sees = out["correct_paths_distinct"]
     out["accuracy_in_band"] = in_band
     out["embedder_sees_diversity"] = sees
     out["passed"] = bool(in_band and sees)
@@ -157,14 +192,19 @@ def main(argv: list[str] | None = None) -> int:
 
     from reweighter.client.local import LocalClient
 
-    from .data import generate_pickone, generate_picktwo
+    from .data import generate_pickone, generate_picktwo, generate_wordadd
     from .experiment import _generate
     from .policy import smollm2_path
     from .rewards import correct_answer
 
     torch.manual_seed(a.seed)
     path = smollm2_path()
-    rows = (generate_picktwo if a.task == "picktwo" else generate_pickone)(a.prompts, "train")
+    if a.task == "wordadd":  # the train split's generator, as load_dataset uses it
+        from .data import WORD_SEEDS
+
+        rows = generate_wordadd(a.prompts, WORD_SEEDS["train"])
+    else:
+        rows = (generate_picktwo if a.task == "picktwo" else generate_pickone)(a.prompts, "train")
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     tok = AutoTokenizer.from_pretrained(path)
     t0 = time.perf_counter()
@@ -174,11 +214,12 @@ def main(argv: list[str] | None = None) -> int:
     with LocalClient() as client:
         records = []
         for row, group in zip(rows, groups, strict=True):
-            answer = [correct_answer(t, row["answer"], row["check"]) for t in group]
+            answer = [correct_answer(t, row["answer"], row.get("check")) for t in group]
             ok = [x is not None for x in answer]
             emb = np.asarray(client.embed(group).embeddings, dtype=np.float64)
             same, diff = similarity_pairs(emb, answer)
-            records.append({
+            extra = {"cos_correct": same} if a.task == "wordadd" else {}
+            records.append({**extra,
                 "prompt": row["prompt"][-1]["content"], "category": row["answer"],
                 "correct": ok, "answers": answer,
                 "distinct": len({x for x in answer if x}), "same": same, "diff": diff,
@@ -197,6 +238,10 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "gate.json").write_text(json.dumps({**result, "per_prompt": records}, indent=2))
     print(json.dumps(result, indent=2))
+    if a.task == "wordadd":
+        print(f"[gate] groups with >= 2 correct {result['share_groups_two_correct']:.3f}, "
+              f"mean cosine among correct {result['mean_similarity_correct']} "
+              f"{result['mean_similarity_correct_ci95']} (distinct paths below {SAME_PATH})")
     print(f"[gate] {'PASSED' if result['passed'] else 'FAILED'}: accuracy "
           f"{result['accuracy']:.3f} {result['accuracy_ci95']}, similarity gap "
           f"{result['similarity_gap']} {result['similarity_gap_ci95']}")

@@ -103,19 +103,22 @@ def _context(
 ) -> MethodContext:
     """What the method's `needs` ask for: answer classes (given answers win; groups without
     answers get the embeddings' components at the method's class_threshold), memory counts."""
-    classes = None
+    classes = answered = None
     if "classes" in checked.needs:
         threshold = float(checked.params.class_threshold)  # type: ignore[attr-defined]
         classes = similarity_classes(sim, ragged, threshold)
+        answered = torch.ones(sim.shape[:2], dtype=torch.bool, device=device)
         for i, answers in enumerate(checked.answers):
             if answers is not None:
                 classes[i, : len(answers)] = torch.tensor(answer_labels(answers), device=device)
+                answered[i, : len(answers)] = torch.tensor([a is not None for a in answers],
+                                                           device=device)
     count_t = None
     if counts is not None:
         count_t = torch.full(sim.shape[:2], -1, dtype=torch.long, device=device)
         for i, c in enumerate(counts):
             count_t[i, : len(c)] = torch.tensor(c, dtype=torch.long, device=device)
-    return MethodContext(classes=classes, counts=count_t)
+    return MethodContext(classes=classes, answered=answered, counts=count_t)
 
 
 def _all_finite(new: torch.Tensor, adv: torch.Tensor | None, mask: torch.Tensor) -> None:

@@ -18,6 +18,10 @@ if TYPE_CHECKING:
 class MethodContext:
     classes: torch.Tensor | None = None
     """[B, G] long class labels, -1 at masked items (methods/classes.py)."""
+    answered: torch.Tensor | None = None
+    """[B, G] bool, False where a group's given answer is None (no answer extracted); True at
+    every item of a group without answers (its classes come from the embeddings). Darling
+    gives an unanswered item no diversity credit."""
     counts: torch.Tensor | None = None
     """[B, G] how often each item's answer was seen for its prompt at earlier steps; -1 where
     the item has no answer (outcome_ucb's memory)."""

@@ -26,6 +26,25 @@ rewards give a wrong answer) is kept as it is, for the same reason: multiplying 
 shrink the penalty of a *collapsed* wrong answer (d at the floor) ten-fold while a unique wrong
 answer kept all of it, rewarding collapse. So r~_i = r_i * max(d_i, floor) for r_i > 0, r_i
 otherwise: diversity scales quality, never a penalty.
+
+**A completion that gives no answer gets no diversity credit: d = 0** (so the floor's
+`diversity_floor` share of a positive reward, the least any completion keeps). Before issue
+40 a missing answer was a class of its own (classes.answer_labels), so an unparseable
+completion counted as maximally novel and kept its whole reward: under the papers' reward
+(format 1 + correctness 2) a formatted completion that named nothing the checker reads kept
+its +1 while a correct answer given by three siblings fell to 0.1 x ~3, ranking a wrong
+completion above right ones (picktwo-main's Darling groups: 14 of 466 mixed groups; in 103 a
+correct completion's advantage turned negative where GRPO's was positive). Why d = 0 and not one
+shared "no answer" class: a shared class still gives a lone unanswered completion d = 1, the
+same inversion. Against the paper: its quality reward is 0/1 correctness, where a completion
+without an answer scores 0 and its diversity never counts (0 x d = 0); diversity there is
+novelty *among answers* (the partition classifier compares responses' content), and "no
+answer" is not a new answer. So d = 0 changes nothing under the paper's own reward and removes
+the inversion under a reward that pays for format. Answered completions still count the
+unanswered ones as different from themselves (a lone right answer among failures keeps d = 1).
+Which items answered: the engine passes `ctx.answered` (False where a group's given answer is
+None; True for every item of a group whose classes come from the embeddings);
+`darling(..., answered=)` takes it directly. Equivariant: `answered` moves with its item.
 """
 
 from __future__ import annotations
@@ -48,8 +67,12 @@ def diversity(b: _checks.Batch, labels: torch.Tensor) -> torch.Tensor:
     return d if b.mask is None else d.masked_fill(~b.mask, 0.0)
 
 
-def _darling(b: _checks.Batch, labels: torch.Tensor, floor: float) -> torch.Tensor:
-    d = diversity(b, labels).clamp_min(floor)
+def _darling(b: _checks.Batch, labels: torch.Tensor, floor: float,
+             answered: torch.Tensor | None = None) -> torch.Tensor:
+    d = diversity(b, labels)
+    if answered is not None:  # no answer, no diversity credit (module docstring)
+        d = d.masked_fill(~answered, 0.0)
+    d = d.clamp_min(floor)
     # diversity scales quality, never a penalty (module docstring): r <= 0 is kept
     out = torch.where(b.rewards > 0, b.rewards * d, b.rewards)
     return out if b.mask is None else out.masked_fill(~b.mask, 0.0)
@@ -73,18 +96,34 @@ def _labels(x: object, b: _checks.Batch) -> torch.Tensor:
     return t
 
 
+def _answered(x: object, b: _checks.Batch) -> torch.Tensor:
+    t = x if isinstance(x, torch.Tensor) else torch.as_tensor(x)
+    if t.dtype != torch.bool:
+        raise InvalidInput(f"must be booleans, got dtype {t.dtype}", field="answered")
+    t = t.unsqueeze(0) if b.squeeze and t.dim() == 1 else t
+    if tuple(t.shape) != tuple(b.rewards.shape):
+        raise InvalidInput(
+            f"shape {_checks.shape(t)} does not match rewards {_checks.shape(b.rewards)}",
+            field="answered",
+        )
+    return t.to(b.rewards.device)
+
+
 def darling(
     rewards: torch.Tensor,
     classes: torch.Tensor,
     *,
     mask: torch.Tensor | None = None,
+    answered: torch.Tensor | None = None,
     diversity_floor: float = 0.1,
 ) -> torch.Tensor:
     """Darling-reweighted rewards from class labels ([G] or [B, G] integers; items with equal
-    labels are one class); see the module docstring."""
+    labels are one class); `answered` ([G] or [B, G] booleans, default all True): False where a
+    completion gave no answer, which then gets d = 0. See the module docstring."""
     p = kernel_params(DarlingParams, diversity_floor=diversity_floor)
     b = _checks.batch(rewards, mask)
-    return b.unbatch(_darling(b, _labels(classes, b), p.diversity_floor))
+    ans = None if answered is None else _answered(answered, b)
+    return b.unbatch(_darling(b, _labels(classes, b), p.diversity_floor, ans))
 
 
 def darling_from_similarity(
@@ -119,4 +158,4 @@ def apply(
     if ctx.classes is None:
         raise InvalidInput("method 'darling' needs answer classes", field="answers")
     b = _checks.trusted(rewards.to(ctx.classes.device), mask)
-    return _darling(b, ctx.classes, p.diversity_floor), None
+    return _darling(b, ctx.classes, p.diversity_floor, ctx.answered), None
