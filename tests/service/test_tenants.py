@@ -252,6 +252,24 @@ def test_a_passed_http_deadline_is_dropped_and_counted(served: BackgroundService
     assert bad.status_code == 422 and bad.json()["error"]["field"] == "x-request-timeout"
 
 
+def test_cache_hits_are_counted_per_tenant(served: BackgroundService) -> None:
+    text = f"a shared text {uuid.uuid4().hex}"
+    a_http, _ = clients(served, "team-a")
+    b_http, _ = clients(served, "team-b")
+
+    def hits(tenant: str) -> float:
+        for line in httpx.get(f"{served.http_url}/metrics").text.splitlines():
+            if line.startswith(f'reweighter_tenant_cache_hits_total{{tenant="{tenant}"}}'):
+                return float(line.split()[1])
+        raise AssertionError("reweighter_tenant_cache_hits_total not exported")
+
+    before_a, before_b = hits("team-a"), hits("team-b")
+    with a_http, b_http:
+        a_http.embed([text])  # computed, cached
+        b_http.embed([text])  # the same vector from the shared cache: team-b's hit
+    assert hits("team-b") == before_b + 1 and hits("team-a") == before_a
+
+
 def _dropped(svc: BackgroundService) -> float:
     text = httpx.get(f"{svc.http_url}/metrics").text
     for line in text.splitlines():

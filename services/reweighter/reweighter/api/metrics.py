@@ -216,8 +216,15 @@ class _TenantCollector(Collector):
             "per tenant: group members waiting for their group on this instance",
             labels=["tenant"],
         )
+        hits = CounterMetricFamily(
+            "reweighter_tenant_cache_hits",
+            "per tenant: embeddings served from the shared cache (in-process or Redis)",
+            labels=["tenant"],
+        )
+        counted = getattr(getattr(self.metrics.engine.embedder, "stats", None), "tenant_hits", None)
         assembler = self.metrics.assembler
         for t in table.tenants:
+            hits.add_metric([t.name], float((counted or {}).get(t.name, 0)))
             pending = batcher.pending_of(t.name) if batcher is not None else 0
             depth.add_metric([t.name], float(pending))
             limit = t.max_queued if t.max_queued is not None else getattr(batcher, "max_queue", 0)
@@ -227,6 +234,7 @@ class _TenantCollector(Collector):
         yield depth
         yield bound
         yield waiting
+        yield hits
 
 
 class Metrics:

@@ -122,6 +122,7 @@ class EmbedStats:
     texts_encoded: int = 0
     batches: int = 0
     batch_sizes: list[int] | None = None  # recent batch sizes, drained by the metrics exporter
+    tenant_hits: dict[str, int] | None = None  # cache hits per tenant other than "default"
 
 
 class Embedder(ABC):

@@ -403,6 +403,8 @@ class DynamicBatcher:
                 return
             req.resolved = True
             self._pending -= 1
+            if dropped is None and req.future.cancelled() and req.turn == -1:
+                self.dropped += 1  # its caller went away (a gRPC deadline) before any compute
             left = self._by_tenant.get(req.tenant, 1) - 1
             if left:
                 self._by_tenant[req.tenant] = left

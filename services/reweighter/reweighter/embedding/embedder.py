@@ -16,6 +16,7 @@ from reweighter.embedding.base import Budget, Embedder, EmbedStats, Encoder
 from reweighter.embedding.batcher import DynamicBatcher
 from reweighter.embedding.cache import EmbeddingCache, cache_key
 from reweighter.errors import InvalidInput
+from reweighter.tenancy import DEFAULT_TENANT, current_tenant
 
 # The unit of fairness of the DynamicBatcher: a request with at most this many tokens left is
 # served whole in the round it anchors, and a round is 4 slices of padded tokens. CPU: a round
@@ -77,8 +78,12 @@ class CachingEmbedder(Embedder):
                 del sizes[: len(sizes) // 2]
 
     def _count(self, *, hits: int = 0, misses: int = 0, saved: int = 0, encoded: int = 0) -> None:
+        tenant = current_tenant() if hits else DEFAULT_TENANT
         with self._stats_lock:
             self.stats.cache_hits += hits
+            if tenant != DEFAULT_TENANT:  # the cache is shared; its hits are counted per tenant
+                by = self.stats.tenant_hits = self.stats.tenant_hits or {}
+                by[tenant] = by.get(tenant, 0) + hits
             self.stats.cache_misses += misses
             self.stats.dedupe_saved += saved
             self.stats.texts_encoded += encoded
