@@ -130,3 +130,35 @@ def test_collect_only_writes_the_wordadd_decision(tmp_path) -> None:
     assert d["preregistered_commit"] == "abc123" and d["arms"] == ["mmr"]
     assert d["control"] == "grpo-2xlr" and d["valid"] is True
     assert d["verdict_per_arm"] == {"mmr": "refuted"}
+
+
+def test_the_committed_main_runs_recompute_no_verdict_and_came_after_the_rule() -> None:
+    """experiments/wordadd-main: the device call stopped at its limit with every seed's GRPO run
+    and nothing else; the pre-registered rule, recomputed from the file, gives no verdict (rule
+    item 1); the rule's commit is strictly before the commit that added the data."""
+    import json
+    import subprocess
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    results = json.loads((repo / "experiments/wordadd-main/results.json").read_text())
+    runs = results["runs"]
+    assert sorted((r["method"], r["seed"]) for r in runs) == [("grpo", s) for s in range(40, 52)]
+    assert all(len(r["accuracy_curve"]) == 40 for r in runs)
+    again = wordadd_decision(runs)
+    d = results["decision"]
+    assert again["verdict_per_arm"] == d["verdict_per_arm"] == {"mmr": "no verdict"}
+    assert again["reason"] == d["reason"] == "0 seeds with every arm finished, fewer than 8"
+    c = [r["accuracy_curve"] for r in runs]  # EXPERIMENTS.md's descriptive GRPO figures
+    assert round(float(np.mean([np.mean(x[:5]) for x in c])), 3) == 0.128
+    assert round(float(np.mean([np.mean(x[-10:]) for x in c])), 3) == 0.503
+    assert round(delta_for_speedup(c), 3) == 0.077
+    commit = d["preregistered_commit"]
+    assert commit == (repo / "experiments/wordadd-gate/PREREGISTERED").read_text().strip()
+    added = subprocess.run(
+        ["git", "log", "--diff-filter=A", "--format=%H", "--", "experiments/wordadd-main/runs"],
+        capture_output=True, text=True, cwd=repo, check=True).stdout.split()
+    assert added, "the data are committed"
+    anc = subprocess.run(["git", "merge-base", "--is-ancestor", commit, f"{added[-1]}~1"],
+                         cwd=repo)
+    assert anc.returncode == 0, f"{commit} is not strictly before {added[-1]}"
