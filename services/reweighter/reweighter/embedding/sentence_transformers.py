@@ -333,15 +333,9 @@ class SentenceTransformerEncoder(Encoder):
         eager forward's: a mismatch beyond the precision's tolerance is refused."""
         word = self._token_ids(["reasoning"])[0] or [self._pad_id]
         pieces = [Piece(i, n, (word * n)[:n]) for i, n in enumerate((40, 7, 130, 3))]
-        rows = [[*self._prefix, *p.data, *self._suffix] for p in pieces]
-        length = max(len(r) for r in rows)
-        ids = torch.full((len(rows), length), self._pad_id, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for i, r in enumerate(rows):
-            ids[i, : len(r)] = torch.tensor(r)
-            mask[i, : len(r)] = 1
+        ids_np, mask_np = self._padded(pieces)
         dev = self._model.device
-        ids, mask = ids.to(dev), mask.to(dev)
+        ids, mask = torch.from_numpy(ids_np).to(dev), torch.from_numpy(mask_np).to(dev)
         inputs = [ids, mask] + ([torch.zeros_like(ids)] if self._type_ids else [])
         auto_model = self._model[0].auto_model
         kwargs = {"token_type_ids": inputs[2]} if self._type_ids else {}
@@ -449,7 +443,8 @@ class SentenceTransformerEncoder(Encoder):
                 batches[-2:] = [prev + last]
         return batches
 
-    def _forward(self, batch: Sequence[Piece], count: bool = True) -> torch.Tensor:
+    def _padded(self, batch: Sequence[Piece]) -> tuple[np.ndarray, np.ndarray]:
+        """Ids (special tokens around each piece, padded to the longest) and attention mask."""
         rows = [[*self._prefix, *p.data, *self._suffix] for p in batch]
         length = max(len(r) for r in rows)
         ids = np.full((len(rows), length), self._pad_id, dtype=np.int64)
@@ -457,8 +452,12 @@ class SentenceTransformerEncoder(Encoder):
         for i, r in enumerate(rows):
             ids[i, : len(r)] = r
             mask[i, : len(r)] = 1
+        return ids, mask
+
+    def _forward(self, batch: Sequence[Piece], count: bool = True) -> torch.Tensor:
+        ids, mask = self._padded(batch)
         if self._ort is not None:
-            return self._forward_ort(ids, mask, len(rows), count)
+            return self._forward_ort(ids, mask, len(batch), count)
         dev = self._model.device
         features = {
             "input_ids": torch.from_numpy(ids).to(dev),
@@ -470,7 +469,7 @@ class SentenceTransformerEncoder(Encoder):
         with self._autocast():
             out = self._model(features)["sentence_embedding"].float()
         if count and self.on_batch is not None:
-            self.on_batch(len(rows))
+            self.on_batch(len(batch))
         return out
 
     def _forward_ort(

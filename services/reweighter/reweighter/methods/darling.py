@@ -78,17 +78,22 @@ def _darling(b: _checks.Batch, labels: torch.Tensor, floor: float,
     return out if b.mask is None else out.masked_fill(~b.mask, 0.0)
 
 
-def _labels(x: object, b: _checks.Batch) -> torch.Tensor:
-    t = x if isinstance(x, torch.Tensor) else torch.as_tensor(x)
-    if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
-        raise InvalidInput(f"must be integer class labels, got dtype {t.dtype}", field="classes")
+def _per_item(t: torch.Tensor, b: _checks.Batch, field: str) -> torch.Tensor:
+    """One value per item ([G] or [B, G]) as [B, G] on the rewards' device, shape checked."""
     t = t.unsqueeze(0) if b.squeeze and t.dim() == 1 else t
     if tuple(t.shape) != tuple(b.rewards.shape):
         raise InvalidInput(
             f"shape {_checks.shape(t)} does not match rewards {_checks.shape(b.rewards)}",
-            field="classes",
+            field=field,
         )
-    t = t.to(b.rewards.device).long()
+    return t.to(b.rewards.device)
+
+
+def _labels(x: object, b: _checks.Batch) -> torch.Tensor:
+    t = x if isinstance(x, torch.Tensor) else torch.as_tensor(x)
+    if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
+        raise InvalidInput(f"must be integer class labels, got dtype {t.dtype}", field="classes")
+    t = _per_item(t, b, "classes").long()
     if b.mask is not None:
         t = t.masked_fill(~b.mask, -1)
     if bool((t < 0).any() if b.mask is None else ((t < 0) & b.mask).any()):
@@ -100,13 +105,7 @@ def _answered(x: object, b: _checks.Batch) -> torch.Tensor:
     t = x if isinstance(x, torch.Tensor) else torch.as_tensor(x)
     if t.dtype != torch.bool:
         raise InvalidInput(f"must be booleans, got dtype {t.dtype}", field="answered")
-    t = t.unsqueeze(0) if b.squeeze and t.dim() == 1 else t
-    if tuple(t.shape) != tuple(b.rewards.shape):
-        raise InvalidInput(
-            f"shape {_checks.shape(t)} does not match rewards {_checks.shape(b.rewards)}",
-            field="answered",
-        )
-    return t.to(b.rewards.device)
+    return _per_item(t, b, "answered")
 
 
 def darling(
