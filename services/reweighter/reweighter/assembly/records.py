@@ -17,13 +17,19 @@ answer (machine.answer_of), where the rules that compare them are.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
-from typing import Any, Literal, Self
+import operator
+import types
+from collections.abc import Mapping
+from enum import StrEnum
+from typing import Any, Literal, Self, get_args, get_origin, get_type_hints
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from ..errors import StoreUnavailable
-from ..types import GroupStats, member_fields
+from ..types import GroupStats, MemberSubmission, member_fields
 
 SCHEMA_VERSION = 3
 """2: a round's statistics are one `stats` object (GroupStats), not five flat fields; a member
@@ -63,23 +69,49 @@ class _Record(BaseModel):
             raise StoreUnavailable(f"malformed {cls.__name__} in the assembly store") from e
 
 
-class GroupMeta(_Record):
-    """What every member of a round must agree on: the member's SHARED fields in their stored
-    form (a test holds the two lists equal), and the kind and width of its input."""
+_GROUP_META_DOC = """What every member of a round must agree on: the member's SHARED fields
+in their stored form (params and advantage_params after validation, defaults filled in, so `{}`
+and the explicit defaults are equal; names as strings), and the kind (`input`) and width (`dim`,
+None for completions) of its input. Derived from MemberSubmission (`_group_meta`); any change
+to it is a new SCHEMA_VERSION (tests/assembly/test_contract.py holds the two together)."""
 
-    group_size: int
-    method: str
-    params: dict[str, Any]
-    """After validation, defaults filled in: `{}` and the explicit defaults are equal."""
-    advantages: str
-    input: Literal["completion", "embedding"]
-    dim: int | None
-    """The embedding width; None for completions."""
-    advantage_params: dict[str, Any] = {}
-    """After validation, defaults filled in (pass_at_k's k and success_threshold)."""
-    step: int | None = None
-    prompt_key: str | None = None
-    """outcome_ucb's: the round is reweighted with them, so every member must give the same."""
+
+def _stored_field(f: dataclasses.Field[Any], hint: Any) -> tuple[Any, Any]:
+    """A SHARED member field's (type, default) as GroupMeta stores it, the types of the values
+    machine.encode stores: a mapping (parsed params) as a JSON object, a name (a StrEnum) as
+    its string; required unless the wire gives None or an empty mapping by default."""
+    if get_origin(hint) in (Mapping, dict):
+        kind: Any = dict[str, Any]
+    elif isinstance(hint, types.UnionType):
+        args = tuple(dict.fromkeys(
+            str if isinstance(a, type) and issubclass(a, StrEnum) else a for a in get_args(hint)
+        ))  # fmt: skip
+        kind = functools.reduce(operator.or_, args)
+    else:
+        kind = hint
+    if f.default_factory is not dataclasses.MISSING:
+        return kind, Field(default_factory=dict)
+    return kind, (None if f.default is None else ...)
+
+
+def _group_meta() -> type[_Record]:
+    """GroupMeta, derived from MemberSubmission's SHARED fields (types.MemberRole): a field
+    given that role is stored, compared and rebuilt with no code here."""
+    hints = get_type_hints(MemberSubmission)
+    shared = {f.name: _stored_field(f, hints[f.name]) for f in dataclasses.fields(MemberSubmission)
+              if f.name in SHARED}  # fmt: skip
+    return create_model(
+        "GroupMeta",
+        __base__=_Record,
+        __module__=__name__,
+        __doc__=_GROUP_META_DOC,
+        **shared,
+        input=(Literal["completion", "embedding"], ...),
+        dim=(int | None, ...),
+    )
+
+
+GroupMeta = _group_meta()
 
 
 class MemberRecord(_Record):
