@@ -12,6 +12,7 @@ here: the machine is shared with other agents.
 
     .venv/bin/python bench/bench_tenants.py              # tenants file (after)
     .venv/bin/python bench/bench_tenants.py --open       # no tenants (before: main's service)
+    .venv/bin/python bench/bench_tenants.py --threads 1  # torch on one thread (a shared machine)
 """
 
 from __future__ import annotations
@@ -129,7 +130,8 @@ async def run(
     light_texts = 8 * (n + 1)  # its requests (and the one that warms the connection)
     rows.append({"phase": f"flood x{concurrency}", "p50": statistics.median(under),
                  "p95": q(under, 0.95), "n": n, "load1": load, "flood_requests": served,
-                 "flood_texts_s": (after - before - light_texts) / (t1 - t0)})  # fmt: skip
+                 "flood_texts_s": (after - before - light_texts) / (t1 - t0),
+                 "latencies": under})  # fmt: skip
     return rows
 
 
@@ -140,6 +142,10 @@ def main() -> None:
     ap.add_argument("--flood", type=int, default=12, help="flood requests in flight")
     ap.add_argument("--alone-s", type=float, default=15.0,
                     help="seconds the flood's throughput is measured alone (0: not)")  # fmt: skip
+    ap.add_argument("--threads", type=int, default=None,
+                    help="OMP_NUM_THREADS / MKL_NUM_THREADS for the service (default: torch's, "
+                    "every core): on a machine whose cores other work shares, the cores the "
+                    "service really gets")  # fmt: skip
     ap.add_argument("--json", type=Path, default=None, help="also write the rows here")
     ap.add_argument("--metrics", action="store_true", help="print the server's time sums")
     args = ap.parse_args()
@@ -153,6 +159,8 @@ def main() -> None:
         ]}))  # fmt: skip
         flags = ["--tenants", str(path)]
         keys = dict(KEYS)
+    if args.threads:  # the serve child inherits them
+        os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(args.threads)
     with serve(*flags) as served:
         rows = asyncio.run(run(served.url, keys, args.n, args.flood, args.alone_s))
         if args.metrics:
@@ -170,6 +178,8 @@ def main() -> None:
                                     "reweighter_encoder_batch_size_count")):  # fmt: skip
                     print(line)
     label = "open (no tenants)" if args.open else "tenants file"
+    if args.threads:
+        label += f", {args.threads} thread(s)"
     print("| service | phase | light p50 s | light p95 s | n | flood texts/s | load avg (1 min) |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:

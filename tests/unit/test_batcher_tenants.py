@@ -1,4 +1,4 @@
-"""The worker applies plan.round_budget: smaller rounds while a second tenant is around, full
+"""The worker applies plan.round_budget: one-slice rounds while a second tenant is around, full
 rounds again once it has gone for LINGER_ROUNDS rounds, and full rounds for one tenant.
 
 A plain encoder with exact token counts (40 characters = 10 tokens: `Encoder.count_tokens`) and
@@ -72,14 +72,14 @@ def count(rounds: list[list[str]], tag: str) -> list[int]:
     return [sum(t.startswith(tag) for t in r) for r in rounds]
 
 
-async def test_rounds_are_halved_while_another_tenant_is_around() -> None:
+async def test_rounds_are_one_slice_while_another_tenant_is_around() -> None:
     """Round 1 (held): 8 flood texts, the flood alone. Round 2: the light request anchors a
-    half round (40 tokens) with the flood's equal part, 2 + 2. Rounds 3 and 4: the light
-    request is answered but its tenant is still around (LINGER_ROUNDS = 2): 4 flood texts each.
-    Round 5 on: full rounds of 8 again, the last taking the tail."""
+    one-slice round (20 tokens) and fills it: 2 light texts. Rounds 3 and 4: the light request
+    is answered but its tenant is still around (LINGER_ROUNDS = 2): one slice, 2 flood texts
+    each. Round 5 on: full rounds of 8 again; the last 4 alone (12 x 10 > the tail's 100)."""
     rounds = await rounds_with("light")
-    assert count(rounds, "light") == [0, 2, 0, 0, 0, 0, 0]
-    assert count(rounds, "flood") == [8, 2, 4, 4, 8, 8, 6]
+    assert count(rounds, "light") == [0, 2, 0, 0, 0, 0, 0, 0]
+    assert count(rounds, "flood") == [8, 0, 2, 2, 8, 8, 8, 4]
 
 
 async def test_one_tenant_keeps_full_rounds() -> None:

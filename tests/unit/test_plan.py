@@ -242,35 +242,39 @@ def test_tenants_around_counts_work_now_and_in_the_last_rounds() -> None:
     assert tenants_around({}, 1) == 0
 
 
-def test_round_budget_is_a_kth_of_the_tokens_and_at_least_a_slice() -> None:
-    """2,048 tokens, slice 512: one tenant (or none) keeps 2,048; two get 1,024 each round,
-    three 682; five would get 409, below a slice: 512. Rows are left alone; a budget smaller
-    than a slice is never raised."""
+def test_round_budget_is_one_slice_while_several_tenants_are_around() -> None:
+    """2,048 tokens, slice 512: one tenant (or none) keeps 2,048; two, three or ten get one
+    slice, 512. Rows are left alone; a budget smaller than a slice is never raised."""
     full = budget(2048, rows=64, slice_tokens=512)
     assert round_budget(full, 0) == full and round_budget(full, 1) == full
-    assert round_budget(full, 2) == budget(1024, rows=64, slice_tokens=512)
-    assert round_budget(full, 3).batch == Budget(682, 64)
-    assert round_budget(full, 5).batch == Budget(512, 64)
+    assert round_budget(full, 2) == budget(512, rows=64, slice_tokens=512)
+    assert round_budget(full, 3) == round_budget(full, 10) == round_budget(full, 2)
     small = budget(300, rows=8, slice_tokens=512)
     assert round_budget(small, 4) == small
 
 
-def test_the_flood_beside_a_tenant_around_runs_half_rounds() -> None:
+def test_the_flood_beside_a_tenant_around_runs_one_slice_rounds() -> None:
     """The flood alone (8 requests of 10-token pieces), round budget 120: 12 rows. With the
     light tenant around but nothing pending (its request just answered), the round is planned
-    with round_budget(.., 2): 60 tokens, 6 rows; the rule inside a round is unchanged."""
+    with round_budget(.., 2): one slice, 30 tokens, 3 rows; the rule inside a round is
+    unchanged."""
     flood = [TReq([J([10] * 8)], seq=i, tenant="flood", turn=1) for i in range(1, 9)]
     full = budget(120, slice_tokens=30)
     assert sum(tokens_of(plan(flood, full)).values()) == 120
-    assert tokens_of(plan(flood, round_budget(full, 2))) == {"flood": 60}
+    assert tokens_of(plan(flood, round_budget(full, 2))) == {"flood": 30}
 
 
-def test_a_light_request_is_whole_in_a_half_round() -> None:
-    """The light tenant's request (3 pieces of 10 = its slice, 30) anchors the half round (60)
-    whole; the flood adds its part of equal weight without padding (3 pieces): the round is 6
-    rows, the light request answered by it."""
+def test_a_light_request_is_whole_in_a_one_slice_round() -> None:
+    """The light tenant's request (3 pieces of 10 = its slice, 30) anchors the one-slice round
+    whole: the round is full with it and the flood adds nothing. A light request of 2 pieces
+    leaves one row (30 tokens hold 3 rows of 10): the flood's part of equal weight (20, no
+    padding) is cut to that row by the round's room."""
     flood = [TReq([J([10] * 8)], seq=i, tenant="flood", turn=1) for i in range(1, 9)]
+    shares = {"flood": 5.0, "light": 5.0 - 1e-9}
+    one = round_budget(budget(120, slice_tokens=30), 2)
     light = TReq([J([10]), J([10]), J([10])], seq=9, tenant="light")
-    got = plan([*flood, light], round_budget(budget(120, slice_tokens=30), 2),
-               {"flood": 5.0, "light": 5.0 - 1e-9})  # fmt: skip
-    assert got[0].request is light and tokens_of(got) == {"light": 30, "flood": 30}
+    got = plan([*flood, light], one, shares)
+    assert got[0].request is light and tokens_of(got) == {"light": 30}
+    light = TReq([J([10]), J([10])], seq=9, tenant="light")
+    got = plan([*flood, light], one, shares)
+    assert got[0].request is light and tokens_of(got) == {"light": 20, "flood": 10}

@@ -28,14 +28,14 @@ many requests another tenant floods in. Two backlogged tenants' tokens split by 
 one tenant (every single-key or open service) the rule is exactly the one above.
 
 The round in progress. A request that arrives waits for the round being computed (a round is
-one forward pass on CPU: it cannot be cut), so while several tenants are around the rounds are
-smaller (`round_budget`): with k tenants around, a round holds 1/k of its tokens (at least one
-slice), so a light job's request waits for a smaller round in progress. "Around" is
+one forward pass on CPU: it cannot be cut), so while several tenants are around a round is one
+slice (`round_budget`: `slice_tokens`, the size in which a small request is served whole), and
+a light job's request waits for one slice of another job's work, not four. "Around" is
 `tenants_around`: a tenant with work now, or with work in the last `LINGER_ROUNDS` rounds,
 since a job's next request comes a moment after its last answer, while the round planned at
-that answer is already running. The cost is the flood's: smaller passes cost more per text
-(BENCHMARKS.md), paid only while another tenant is around; a service with one tenant never
-pays it.
+that answer is already running. The cost is the flood's: more, smaller passes, paid only while
+another tenant is around (measured within the noise on CPU, BENCHMARKS.md); a service with one
+tenant never pays it.
 """
 
 from __future__ import annotations
@@ -138,13 +138,17 @@ def tenants_around(last_live: Mapping[str, int], round_: int, linger: int = LING
 
 def round_budget(budget: RoundBudget, tenants: int) -> RoundBudget:
     """The bound of the next round with `tenants` tenants around: `budget` itself for one (or
-    none); for k >= 2 a k-th of its padded tokens, never below one slice (a small request still
-    fits whole in the round it anchors) nor above the budget. Why: a request waits for the
-    round in progress, which nothing can cut short; smaller rounds while several jobs share the
-    encoder bound that wait, and a job alone keeps its full rounds."""
+    none); for two or more, one slice of padded tokens (never above the budget), whatever
+    their number. Why: a request waits for the round in progress, which nothing can cut
+    short; one-slice rounds while several jobs share the encoder bound that wait by one slice
+    of work (a small request still fits whole in the round it anchors), and a job alone keeps
+    its full rounds. Measured on CPU (2 cores shared, load 4-6; BENCHMARKS.md, "Tenants:
+    the round in progress"): between the machine's load bursts a light job's request under a
+    flood took 0.14-0.17 s with one-slice rounds, 0.25-0.29 s with half rounds, 0.5-2 s with
+    full ones, the flood's throughput within the noise."""
     if tenants < 2:
         return budget
-    tokens = min(budget.batch.tokens, max(budget.slice_tokens, budget.batch.tokens // tenants))
+    tokens = min(budget.batch.tokens, budget.slice_tokens)
     return RoundBudget(Budget(tokens, budget.batch.rows), budget.slice_tokens)
 
 
