@@ -12,7 +12,7 @@
 #   bash bench/gpu_wordadd.sh
 set -u
 cd "$(dirname "$0")/.."
-export GX_CONFIG=trainer/configs/smollm2-wordadd.yaml
+export GX_CONFIG=research/configs/smollm2-wordadd.yaml
 export GX_METHODS=grpo,mmr,grpo-2xlr
 export GX_SEEDS=${GX_SEEDS:-40,41,42,43,44,45,46,47,48,49,50,51}
 export GX_STEPS=${GX_STEPS:-40}
