@@ -1,5 +1,5 @@
 """The CUDA path, against the CPU path it must agree with: skipped without a GPU (CI), run on a
-lent device machine (bench/gpu_check.sh).
+lent device machine (bench/gpu/gpu_check.sh).
 
 What only a GPU can show: the encoder's CUDA defaults (fp16 weights under autocast, 16k-token
 forward batches, 32k-token fairness slices), fp16 vectors within the precision bounds of

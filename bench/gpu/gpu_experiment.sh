@@ -3,15 +3,15 @@
 # scripts/experiment.sh's main mode, word for word in its arms, seeds, steps and evaluation,
 # with `use_cpu=false` (fp32, TF32 off: torch's default) and the 12 seeds in 12 processes side
 # by side against one Reweighter service on the same GPU. Nothing there can be downloaded, so
-# what it needs travels in four calls (bench/gpu_experiment_carry.sh builds .gxA to .gxD):
-#   device run, carry [.gxA]:  bash bench/gpu_experiment.sh stash      (then .gxB, then .gxC)
-#   device run, carry [.gxD]:  bash bench/gpu_experiment.sh run        (timeout_s 590)
+# what it needs travels in four calls (bench/gpu/gpu_experiment_carry.sh builds .gxA to .gxD):
+#   device run, carry [.gxA]:  bash bench/gpu/gpu_experiment.sh stash      (then .gxB, then .gxC)
+#   device run, carry [.gxD]:  bash bench/gpu/gpu_experiment.sh run        (timeout_s 590)
 # made back to back (the machine goes back after 30 s idle and with it the stash). `run` stops
 # the experiment at GX_LIMIT seconds (default 470), keeps every finished (arm, seed) run (they
 # resume: experiment.py reuses OUT/runs), and returns it all in $OUT/picktwo-main.tgz with the
 # logs. Unpack here: tar xzf picktwo-main.tgz -C experiments/
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 ROOT=$PWD
 OUT=${OUT:-$ROOT/bench/out/gpu_experiment}
 STASH=${GX_STASH:-/root/gx}
