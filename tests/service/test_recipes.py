@@ -210,12 +210,27 @@ SERVE_TOY = textwrap.dedent(
 )
 
 
-def _copy(tmp: Path, *, module: bool = True, entry: bool = True, row: bool = True) -> Path:
-    """The package and docs/methods.md copied under `tmp`, with the recipe's steps applied."""
+def _package_copy(tmp: Path) -> Path:
+    """The package (under `tmp`/pkg) and docs/methods.md copied under `tmp`; the package."""
     pkg = tmp / "pkg" / "reweighter"
     shutil.copytree(PACKAGE, pkg, ignore=shutil.ignore_patterns("__pycache__"))
     (tmp / "docs").mkdir()
     shutil.copy(DOC, tmp / "docs" / "methods.md")
+    return pkg
+
+
+def _insert_row(doc: Path, after: str, row: str, start: str = "") -> None:
+    """`row` into a table of `doc` after the line that starts with `after` (the first one after
+    `start`)."""
+    text = doc.read_text()
+    at = text.index(after, text.index(start) if start else 0)
+    at = text.index("\n", at) + 1
+    doc.write_text(text[:at] + row + text[at:])
+
+
+def _copy(tmp: Path, *, module: bool = True, entry: bool = True, row: bool = True) -> Path:
+    """The package and docs/methods.md copied under `tmp`, with the recipe's steps applied."""
+    pkg = _package_copy(tmp)
     if module:
         (pkg / "methods" / "toy.py").write_text(TOY_MODULE)
     if entry:
@@ -224,11 +239,7 @@ def _copy(tmp: Path, *, module: bool = True, entry: bool = True, row: bool = Tru
         end = text.index("    )\n}\n", text.index("CATALOG: dict"))
         cat.write_text(text[:end] + TOY_ENTRY + text[end:])
     if row:
-        doc = tmp / "docs" / "methods.md"
-        text = doc.read_text()
-        at = text.index("| `none` |")
-        at = text.index("\n", at) + 1
-        doc.write_text(text[:at] + TOY_ROW + text[at:])
+        _insert_row(tmp / "docs" / "methods.md", "| `none` |", TOY_ROW)
     return tmp
 
 
@@ -365,10 +376,7 @@ def _estimator_copy(
 ) -> Path:
     """The package and docs/methods.md copied under `tmp`, with the estimator recipe's steps
     (docs/methods.md, "Adding an advantage estimator") applied."""
-    pkg = tmp / "pkg" / "reweighter"
-    shutil.copytree(PACKAGE, pkg, ignore=shutil.ignore_patterns("__pycache__"))
-    (tmp / "docs").mkdir()
-    shutil.copy(DOC, tmp / "docs" / "methods.md")
+    pkg = _package_copy(tmp)
     if module:
         (pkg / "methods" / "toy_adv.py").write_text(EST_MODULE)
     if params:
@@ -380,11 +388,7 @@ def _estimator_copy(
         end = text.index(')\n"""Estimator name -> spec."""')
         path.write_text(text[:end] + EST_ENTRY + text[end:])
     if row:
-        doc = tmp / "docs" / "methods.md"
-        text = doc.read_text()
-        at = text.index("| `none` |", text.index("<!-- estimators -->"))
-        at = text.index("\n", at) + 1
-        doc.write_text(text[:at] + EST_ROW + text[at:])
+        _insert_row(tmp / "docs" / "methods.md", "| `none` |", EST_ROW, "<!-- estimators -->")
     return tmp
 
 
