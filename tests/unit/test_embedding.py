@@ -305,3 +305,19 @@ def test_spread_vector_is_the_mean_of_its_windows(
 def test_spread_windows_setting_is_checked() -> None:
     with pytest.raises(ValueError, match="long_text_windows"):
         SentenceTransformerEncoder(None, device="cpu", long_text="spread", long_text_windows=1)
+
+
+def test_token_ids_equal_the_tokenizer_wrappers(enc: SentenceTransformerEncoder) -> None:
+    """The service tokenises with the Rust tokenizer directly (`encode_batch_fast`, no offsets:
+    cheaper per text); its ids must be exactly the wrapper's, and where the backend has been set
+    to truncate (plain `encode` does that), the wrapper's call is used, never a cut text."""
+    texts = ["", " ", "héllo wörld", "日本語のテキスト", "x\ty\nz", "word " * 700]
+    wrapper = enc._tokenizer(texts, add_special_tokens=False, truncation=False, verbose=False)
+    assert enc._token_ids(texts) == wrapper["input_ids"]
+    assert len(enc._token_ids(texts)[-1]) > enc.window  # nothing truncated
+    backend = enc._tokenizer._tokenizer
+    backend.enable_truncation(max_length=8)
+    try:
+        assert enc._token_ids(texts) == wrapper["input_ids"]
+    finally:
+        backend.no_truncation()
