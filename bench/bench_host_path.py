@@ -205,6 +205,10 @@ def main() -> None:
                     "(OMP_NUM_THREADS): with 1 the forward's CPU is all on the service's encoder "
                     "thread, which the service counts: the host path is measured exactly",
                     )  # fmt: skip
+    ap.add_argument("--service-code", default="",
+                    help="a checkout's services/reweighter folder: the service runs that code "
+                    "(PYTHONPATH), e.g. a worktree of main before a change, for a before/after",
+                    )  # fmt: skip
     args = ap.parse_args()
     global ROUTE
     ROUTE = args.route
@@ -229,6 +233,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
     env.update(OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
+    if args.service_code:
+        env["PYTHONPATH"] = str(Path(args.service_code).resolve())
     with serve(*flags, timeout=300, env=env) as served:
         wait_compiled(served, flags)
         for run in range(args.runs):
