@@ -274,7 +274,7 @@ def main() -> None:
         print(f"| service /v1/{args.route}, {t} | {s * 1e3:.3f} | {s / tok:.2f}x | {f * 1e3:.3f} | "
               f"{(s - f) * 1e3:.3f} | {(s - f) / tok:.2f}x | "
               f"{med[f'{t} client'] * 1e3:.3f} | {med[f'{t} texts_s']:.0f} |")  # fmt: skip
-    print("\nruns:", {k: [round(x * 1e3, 3) if x < 1 else round(x) for x in v]
+    print("\nruns:", {k: [round(x * 1e3, 3) if not x >= 1 else round(x) for x in v]
                       for k, v in rows.items()})  # fmt: skip
 
 
