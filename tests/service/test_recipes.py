@@ -15,7 +15,9 @@ table), added to a running app, still gets field-named schema errors and its met
 from __future__ import annotations
 
 import filecmp
+import importlib
 import importlib.util
+import inspect
 import json
 import os
 import re
@@ -112,6 +114,22 @@ def test_the_catalogue_and_the_wire_models_need_no_torch() -> None:
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == str(sorted(str(m) for m in CATALOG))
+
+
+def test_each_method_is_one_module_with_its_kernel_and_one_public_function() -> None:
+    """A method's module has two entry points: its kernel `apply` (the catalogue's; `after`
+    too for a method that acts after the estimator) and one public function of the method's
+    name (embeddings, or similarities as `sim=`); no second copy of either to keep in step."""
+    for name, spec in CATALOG.items():
+        module = importlib.import_module(f"reweighter.methods.{name}")
+        assert spec.kernel == f"{module.__name__}:apply", name
+        assert spec.after in (None, f"{module.__name__}:after"), name
+        own = {
+            n for n, v in vars(module).items()
+            if inspect.isfunction(v) and v.__module__ == module.__name__ and not n.startswith("_")
+        }  # fmt: skip
+        public = set() if name == "none" else {str(name)}  # "none" has nothing to call
+        assert own == {"apply"} | ({"after"} if spec.after else set()) | public, (name, own)
 
 
 # -- "add a method", on a copy of the package --------------------------------------------------

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from reweighter.methods import advantages, dra
+from reweighter_research.decision import decision, dra_offline
+from reweighter_research.metrics import decide, first_step_reaching, paired, seed_ratio, trailing
 from reweighter_trainer.config import load_raw, parse
 from reweighter_trainer.data import PICK_CATEGORIES, PICK_SHOT, generate_pickone, load_dataset
-from reweighter_trainer.decision import decision, dra_offline
-from reweighter_trainer.metrics import decide, first_step_reaching, paired, seed_ratio, trailing
 from reweighter_trainer.rewards import (
     COSINE,
     PAPER_REWARD,
@@ -233,7 +233,7 @@ def test_answer_format_reward() -> None:
 
 
 def test_the_pickone_config_parses_with_the_papers_reward() -> None:
-    cfg = parse(load_raw(REPO / "trainer" / "configs" / "smollm2-pickone.yaml"))
+    cfg = parse(load_raw(REPO / "research" / "configs" / "smollm2-pickone.yaml"))
     assert cfg.dataset.name == "pickone" and cfg.rewards == PAPER_REWARD
     assert cfg.grpo["num_generations"] == 8 and cfg.grpo["max_completion_length"] == 48
     assert cfg.reweighter.method == "mmr" and cfg.reweighter.params == {}
@@ -243,8 +243,8 @@ def test_the_pickone_config_parses_with_the_papers_reward() -> None:
 def test_collect_only_writes_the_decision_and_its_plots(tmp_path: Path) -> None:
     """results.json carries "decision" (verdict, rule, per_seed) from finished GRPO and MMR runs,
     and the plots draw the paired curves and the per-seed ratios from it."""
-    from reweighter_trainer.experiment import main
-    from reweighter_trainer.plots import plot
+    from reweighter_research.experiment import main
+    from reweighter_research.plots import plot
 
     (tmp_path / "runs").mkdir()
     for run in _runs([30] * 6, [15, 12, 20, 10, 18, 45]):  # seed 5: MMR never gets there
@@ -270,8 +270,8 @@ def test_collect_only_writes_the_decision_and_its_plots(tmp_path: Path) -> None:
 def test_step_recorder_scores_training_groups_with_the_checker(tmp_path: Path) -> None:
     """The training accuracy the rule uses is the checker's, not the reward; every group lands
     in the JSONL log the offline DRA check reads."""
-    from reweighter_trainer.decision import read_groups
-    from reweighter_trainer.experiment import StepRecorder
+    from reweighter_research.decision import read_groups
+    from reweighter_research.experiment import StepRecorder
 
     rows = generate_pickone(4, "train")
     rec = StepRecorder(rows, 2, tmp_path / "g.jsonl")
@@ -292,7 +292,7 @@ def test_step_recorder_scores_training_groups_with_the_checker(tmp_path: Path) -
 
 
 def test_gate_numbers_by_hand() -> None:
-    from reweighter_trainer.gate import similarity_pairs, summarise
+    from reweighter_research.gate import similarity_pairs, summarise
 
     # Three correct answers (june, june, july) and a wrong one; unit vectors at 0, 0 and 90
     # degrees: the same-answer pair has cosine 1, the two different-answer pairs 0.
@@ -313,7 +313,7 @@ def test_gate_numbers_by_hand() -> None:
     assert many["similarity_gap_ci95"] == pytest.approx((1.0, 1.0)) and many["passed"]
 
 
-@pytest.mark.parametrize("module", ["reweighter_trainer.gate", "reweighter_trainer.experiment"])
+@pytest.mark.parametrize("module", ["reweighter_research.gate", "reweighter_research.experiment"])
 def test_documented_entry_points_start_in_a_fresh_process(module: str) -> None:
     """The commands EXPERIMENTS.md gives (`python -m ... --help`; the runs themselves are hours of
     CPU and are not part of the suite)."""
@@ -329,7 +329,7 @@ def test_documented_entry_points_start_in_a_fresh_process(module: str) -> None:
 def test_the_rules_operating_characteristics() -> None:
     """What EXPERIMENTS.md quotes: with no effect the rule almost never confirms; with the
     paper's 2x speed-up and a GRPO still climbing at step 40 it almost always does."""
-    from reweighter_trainer.decision import main, operating_characteristics
+    from reweighter_research.decision import main, operating_characteristics
 
     rows = {(r["top"], r["ramp"], r["speed"]): r for r in operating_characteristics(60)}
     assert rows == {(r["top"], r["ramp"], r["speed"]): r for r in operating_characteristics(60)}

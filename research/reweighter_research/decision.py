@@ -545,7 +545,7 @@ def audit_dir(out: Path) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m reweighter_trainer.decision --simulate [N]`: the first rule's operating
+    """`python -m reweighter_research.decision --simulate [N]`: the first rule's operating
     characteristics as a markdown table; `--audit DIR`: the pickone audit (EXPERIMENTS.md) as
     JSON."""
     import sys
@@ -578,7 +578,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({k: summary[k] for k in keys}))
         return 0
     if not args or args[0] != "--simulate":
-        print("usage: python -m reweighter_trainer.decision --simulate [N] | --audit DIR | "
+        print("usage: python -m reweighter_research.decision --simulate [N] | --audit DIR | "
               "--pilot DIR [N] [--paired-sd SD]")
         return 2
     n = int(args[1]) if len(args) > 1 else 300

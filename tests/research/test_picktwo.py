@@ -9,15 +9,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from reweighter_trainer.config import load_raw, parse
-from reweighter_trainer.data import PICK_TWO_CATEGORIES, PICK_TWO_DROPPED, generate_picktwo
-from reweighter_trainer.decision import (
+from reweighter_research.decision import (
     area_decision,
     area_verdict,
     compressed,
     delta_for_speedup,
     simulate_power,
 )
+from reweighter_trainer.config import load_raw, parse
+from reweighter_trainer.data import PICK_TWO_CATEGORIES, PICK_TWO_DROPPED, generate_picktwo
 from reweighter_trainer.rewards import (
     TASK_MAX_LEN,
     correct_answer,
@@ -135,7 +135,7 @@ def test_power_simulation_separates_no_effect_from_2x() -> None:
 
 
 def test_the_picktwo_config_parses() -> None:
-    cfg = parse(load_raw(REPO / "trainer/configs/smollm2-picktwo.yaml"))
+    cfg = parse(load_raw(REPO / "research/configs/smollm2-picktwo.yaml"))
     assert cfg.dataset.name == "picktwo" and dict(cfg.rewards) == {"answer_format": 1.0,
                                                                    "cosine": 2.0}
     assert np.isfinite(cfg.grpo["learning_rate"])
@@ -147,20 +147,20 @@ def test_every_arm_is_a_config_the_trainer_accepts() -> None:
     grpo-passk asks for pass@k advantages with TRL's scaling off."""
     import json
 
-    from reweighter_trainer.experiment import ARM_CONFIG, ARMS
+    from reweighter_research.experiment import ARM_CONFIG, ARMS
 
     assert {"grpo", "mmr", "dra", "darling", "grpo-passk"} <= set(ARMS)
     for arm, (method, params) in ARMS.items():
-        raw = load_raw(REPO / "trainer/configs/smollm2-picktwo.yaml")
+        raw = load_raw(REPO / "research/configs/smollm2-picktwo.yaml")
         raw["reweighter"].update(method=method, params=dict(params))
         for key, value in json.loads(json.dumps(ARM_CONFIG.get(arm, {}))).items():
             raw[key] = {**raw.get(key, {}), **value} if isinstance(value, dict) else value
         cfg = parse(raw)
         assert cfg.reweighter.params == params
     assert ARMS["mmr"][1]["equal_rewards"] == "diversify"
-    from reweighter_trainer.experiment import arm_raw
+    from reweighter_research.experiment import arm_raw
 
-    cfg = parse(arm_raw(load_raw(REPO / "trainer/configs/smollm2-picktwo.yaml"), "grpo-passk",
+    cfg = parse(arm_raw(load_raw(REPO / "research/configs/smollm2-picktwo.yaml"), "grpo-passk",
                         "http://127.0.0.1:1"))
     assert cfg.reweighter.advantages == "pass_at_k" and cfg.grpo["scale_rewards"] == "none"
     assert cfg.reweighter.advantage_params == {"k": 4, "success_threshold": 1.0}
@@ -192,7 +192,7 @@ def test_embedder_gap_from_logged_groups_by_hand() -> None:
     """gate.from_groups: the within-prompt gap (mean cosine of same-answer correct pairs less
     different-answer ones) over logged groups, wrong completions ignored. Unit vectors by hand:
     a.b = 1 (same answer), a.c = 0.6 (different): gap 0.4 in each of three groups."""
-    from reweighter_trainer.gate import from_groups
+    from reweighter_research.gate import from_groups
 
     vec = {"A1": [1.0, 0.0], "A2": [1.0, 0.0], "B": [0.6, 0.8], "W": [0.0, 1.0]}
     groups = [{"completions": ["A1", "A2", "B", "W"],
@@ -208,7 +208,7 @@ def test_embedder_gap_from_logged_groups_by_hand() -> None:
 
 def test_jobs_split_the_seeds_and_keep_every_other_option() -> None:
     """--jobs N: process j trains seeds[j::N] with the same options and overrides, one job."""
-    from reweighter_trainer.experiment import child_argv
+    from reweighter_research.experiment import child_argv
 
     argv = ["--config", "c.yaml", "--out", "o", "--seeds", "0,1,2,3", "--jobs", "2",
             "--methods", "grpo,mmr", "learning_rate=5e-6"]
@@ -229,7 +229,7 @@ def test_a_pilot_too_short_is_refused_with_a_reason(tmp_path) -> None:
     runs = [{"method": "grpo", "seed": s, "steps": 3, "accuracy_curve": [0.0, 0.25, 0.5]}
             for s in (0, 1)]
     (tmp_path / "results.json").write_text(json.dumps({"task": {}, "runs": runs}))
-    proc = subprocess.run([sys.executable, "-m", "reweighter_trainer.decision", "--pilot",
+    proc = subprocess.run([sys.executable, "-m", "reweighter_research.decision", "--pilot",
                            str(tmp_path), "10"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert "the GRPO curves have 3 steps; a pilot needs at least 10" in proc.stderr

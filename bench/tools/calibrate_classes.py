@@ -13,7 +13,7 @@ code the service runs). Scores per threshold, over all pairs i < j inside each g
 
 Prints a markdown table and the threshold with the best pair F1.
 
-    .venv/bin/python bench/calibrate_classes.py [--runs experiments/pickone-6seed/runs]
+    .venv/bin/python bench/tools/calibrate_classes.py [--runs experiments/pickone-6seed/runs]
 """
 
 from __future__ import annotations

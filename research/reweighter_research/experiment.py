@@ -1,6 +1,6 @@
 """GRPO vs DRA vs MMR on one policy, task, budget and seed set; writes OUT/results.json.
 
-    python -m reweighter_trainer.experiment --config trainer/configs/smollm2-pickone.yaml \\
+    python -m reweighter_research.experiment --config research/configs/smollm2-pickone.yaml \\
         --out experiments/run --url http://127.0.0.1:8080 --methods grpo,mmr --seeds 0 --steps 4
 
 Every (method, seed) trains the same config with the same seed, data order and step budget; only
@@ -27,8 +27,9 @@ import numpy as np
 
 from reweighter.client import DEFAULT_URL
 from reweighter.types import Method
+from reweighter_trainer.config import ConfigError, load_raw, parse
+from reweighter_trainer.rewards import PICK_CHECKS
 
-from .config import ConfigError, load_raw, parse
 from .metrics import (
     DISTINCT_THRESHOLD,
     distinct_correct,
@@ -36,7 +37,6 @@ from .metrics import (
     pass_at_k,
     steps_to_target,
 )
-from .rewards import PICK_CHECKS
 
 ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     "grpo": (Method.NONE.value, {}),
@@ -103,7 +103,7 @@ def _generate(model, tok, prompts: list[Any], n: int, greedy: bool, max_new: int
 
 def _judge(rows: list[dict]):
     """The task's checker per row: the canonical correct answer of a text, None when wrong."""
-    from .rewards import correct_answer
+    from reweighter_trainer.rewards import correct_answer
 
     return lambda text, row: correct_answer(text, row["answer"], row.get("check"))
 
@@ -213,8 +213,8 @@ def run_one(raw: dict, method: str, seed: int, steps: int, out: Path, eval_rows:
     raw = arm_raw(raw, method, opts.url)
     raw.update(seed=seed, data_seed=seed, max_steps=steps, output_dir=str(out / f"{method}-{seed}"))
     cfg = parse(raw)
-    from .data import load_dataset
-    from .train import build_trainer, generation_summary
+    from reweighter_trainer.data import load_dataset
+    from reweighter_trainer.train import build_trainer, generation_summary
 
     trainer, reward = build_trainer(cfg)
     train_rows = list(load_dataset(cfg.dataset.name, cfg.dataset.split, cfg.dataset.limit))
@@ -342,7 +342,7 @@ def run_jobs(argv: list[str], seeds: list[int], jobs: int) -> None:
 
     threads = str(max(1, (os.cpu_count() or 1) // jobs))
     env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
-    procs = [subprocess.Popen([sys.executable, "-m", "reweighter_trainer.experiment",
+    procs = [subprocess.Popen([sys.executable, "-m", "reweighter_research.experiment",
                                *child_argv(argv, seeds[j::jobs])], env=env)
              for j in range(min(jobs, len(seeds)))]
     codes = [p.wait() for p in procs]
@@ -409,9 +409,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     from reweighter.client import ReweighterClient
-
-    from .data import load_dataset
-    from .train import model_path
+    from reweighter_trainer.data import load_dataset
+    from reweighter_trainer.train import model_path
 
     client = ReweighterClient(opts.url)
     if not opts.collect_only:

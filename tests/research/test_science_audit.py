@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from reweighter_trainer.decision import (
+from reweighter_research.decision import (
     SPEEDUP,
     _warp,
     area,

@@ -7,16 +7,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reweighter_trainer.config import load_raw, parse
-from reweighter_trainer.decision import (
+from reweighter_research.decision import (
     delta_for_speedup,
     excluded_from,
     wordadd_decision,
 )
-from reweighter_trainer.experiment import ARM_LR_SCALE, arm_raw
-from reweighter_trainer.gate import SAME_PATH, correct_similarity, summarise
+from reweighter_research.experiment import ARM_LR_SCALE, arm_raw
+from reweighter_research.gate import SAME_PATH, correct_similarity, summarise
+from reweighter_trainer.config import load_raw, parse
 
-CONFIG = "trainer/configs/smollm2-wordadd.yaml"
+CONFIG = "research/configs/smollm2-wordadd.yaml"
 
 
 def test_the_control_trains_at_twice_the_configs_learning_rate() -> None:
@@ -113,7 +113,7 @@ def test_collect_only_writes_the_wordadd_decision(tmp_path) -> None:
     pre-registered one, its commit recorded, the control outside the arms' family."""
     import json
 
-    from reweighter_trainer.experiment import main
+    from reweighter_research.experiment import main
 
     (tmp_path / "runs").mkdir()
     for r in runs({"grpo": 1.0, "mmr": 1.0, "grpo-2xlr": 2.0}):

@@ -115,7 +115,7 @@ def test_readme_picktwo_figures_recompute_from_the_curves() -> None:
 @pytest.mark.parametrize("figure", ["-0.057", "+0.105", "1.06", "1.76", "0.92", "1.15", "1.02"])
 def test_the_leads_audit_figures_are_the_audits(figure: str) -> None:
     """EXPERIMENTS.md's audit figures, as decision.audit_pickone computes them from the file."""
-    from reweighter_trainer.decision import audit_dir
+    from reweighter_research.decision import audit_dir
 
     a = audit_dir(PICKONE.parent)
     got = {
@@ -132,12 +132,12 @@ def test_the_leads_audit_figures_are_the_audits(figure: str) -> None:
 
 
 def test_the_audit_command_as_written() -> None:
-    """EXPERIMENTS.md's `python -m reweighter_trainer.decision --audit experiments/pickone-6seed`,
+    """EXPERIMENTS.md's `python -m reweighter_research.decision --audit experiments/pickone-6seed`,
     in a fresh process: the JSON it prints holds the lead's figures."""
     import subprocess
     import sys
 
-    cmd = "python -m reweighter_trainer.decision --audit experiments/pickone-6seed"
+    cmd = "python -m reweighter_research.decision --audit experiments/pickone-6seed"
     assert cmd in (REPO / "EXPERIMENTS.md").read_text()
     proc = subprocess.run([sys.executable, *cmd.split()[1:]], capture_output=True, text=True,
                           timeout=300, cwd=REPO)
@@ -156,7 +156,7 @@ def test_the_pilot_command_on_the_provisional_curves(tmp_path: Path) -> None:
 
     shutil.copy(REPO / "experiments/picktwo-provisional/results.json", tmp_path)
     proc = subprocess.run(
-        [sys.executable, "-m", "reweighter_trainer.decision", "--pilot", str(tmp_path), "40",
+        [sys.executable, "-m", "reweighter_research.decision", "--pilot", str(tmp_path), "40",
          "--paired-sd", "0.0772"], capture_output=True, text=True, timeout=600, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     got = json.loads((tmp_path / "pilot.json").read_text())

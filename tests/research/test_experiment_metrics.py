@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from reweighter_trainer.data import generate_wordadd, generate_wordmath, load_dataset
-from reweighter_trainer.metrics import (
+from reweighter_research.metrics import (
     distinct_correct,
     mean_pairwise_similarity,
     pass_at_k,
     steps_to_target,
 )
+from reweighter_trainer.data import generate_wordadd, generate_wordmath, load_dataset
 from reweighter_trainer.rewards import extract_final_number, final_answer_reward
 
 
@@ -140,8 +140,8 @@ def test_collect_only_writes_results_with_the_untrained_reference_and_plots(tmp_
     the plots draw from that file."""
     import json
 
-    from reweighter_trainer.experiment import main
-    from reweighter_trainer.plots import plot
+    from reweighter_research.experiment import main
+    from reweighter_research.plots import plot
 
     runs = tmp_path / "runs"
     runs.mkdir()

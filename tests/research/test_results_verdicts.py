@@ -74,7 +74,7 @@ def test_committed_verdicts_recompute_from_the_curves(path: Path) -> None:
 def test_collect_writes_the_shape_and_verdicts_that_recompute(tmp_path: Path) -> None:
     """Synthetic runs through the real collect path: GRPO at 0.3; MMR clearly above it (speeds
     up), DRA level with it and tight (refuted: its upper bound is under delta_2x)."""
-    from reweighter_trainer.experiment import main
+    from reweighter_research.experiment import main
 
     (tmp_path / "runs").mkdir()
     rng = np.random.default_rng(0)
@@ -88,7 +88,7 @@ def test_collect_writes_the_shape_and_verdicts_that_recompute(tmp_path: Path) ->
             (tmp_path / "runs" / f"{m}-{s}.json").write_text(json.dumps(entry))
     pilot = tmp_path / "pilot.json"
     pilot.write_text(json.dumps({"delta_2x": 0.08, "power": [{"seeds": 8, "power_2x": 0.9}]}))
-    config = REPO / "trainer" / "configs" / "smollm2-picktwo.yaml"
+    config = REPO / "research" / "configs" / "smollm2-picktwo.yaml"
     argv = ["--config", str(config), "--out", str(tmp_path), "--methods", "grpo,mmr,dra",
             "--seeds", ",".join(map(str, range(8))), "--collect-only", "--pilot", str(pilot),
             "--preregistered", "abc123", "--no-dra-offline"]
