@@ -19,7 +19,6 @@ Prints a markdown table and the threshold with the best pair F1.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +28,7 @@ from reweighter.config import Settings
 from reweighter.embedding import build_embedder
 from reweighter.methods import class_counts, cosine_similarity, similarity_classes
 from reweighter.methods.classes import answer_labels
+from reweighter_research.decision import group_logs, read_groups
 from reweighter_trainer.data import PICK_CATEGORIES
 from reweighter_trainer.rewards import extract_pick
 
@@ -37,9 +37,8 @@ THRESHOLDS = [0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.88, 0.9, 0.92, 0.94, 0.96, 0.98]
 
 def load(runs: Path) -> list[tuple[list[str], list[str | None]]]:
     groups = []
-    for path in sorted(runs.glob("*.groups.jsonl")):
-        for line in path.read_text().splitlines():
-            row = json.loads(line)
+    for path in group_logs(runs):  # plain, or gzipped as the committed runs are
+        for row in read_groups(path):
             domain = PICK_CATEGORIES[row["gold"]][0]
             texts = row["completions"]
             groups.append((texts, [extract_pick(t, domain) for t in texts]))

@@ -171,14 +171,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--groups", nargs="+", metavar="JSONL",
                    help="measure the embedder condition on logged training groups "
-                        "(runs/grpo-*.groups.jsonl) instead of sampling; "
+                        "(runs/grpo-*.groups.jsonl, or .jsonl.gz) instead of sampling; "
                         "writes OUT/groups_gap.json")
     a = p.parse_args(argv)
     if a.groups:
         from reweighter.client.local import LocalClient
 
-        groups = [json.loads(line) for path in a.groups
-                  for line in Path(path).read_text().splitlines() if line.strip()]
+        from .decision import read_groups
+
+        groups = [g for path in a.groups for g in read_groups(path)]
         with LocalClient() as client:
             got = from_groups(groups, lambda t: client.embed(list(t)).embeddings, BANDS[a.task])
         got["groups_from"] = a.groups

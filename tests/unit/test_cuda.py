@@ -109,14 +109,7 @@ def test_background_compile_swaps_in_on_cuda() -> None:
 
 
 def test_methods_on_cuda_equal_cpu() -> None:
-    from reweighter.methods import (
-        cosine_similarity,
-        darling,
-        dra,
-        mmr,
-        outcome_ucb,
-        pass_at_k,
-    )
+    from reweighter.methods import cosine_similarity, darling, dra, mmr, outcome_ucb, pass_at_k
 
     gen = torch.Generator().manual_seed(7)
     rewards = (torch.rand(64, 16, generator=gen) > 0.5).float()
