@@ -7,6 +7,7 @@ functions over results.json entries and group logs, so they run on synthetic log
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -63,8 +64,25 @@ def decision(runs: list[dict[str, Any]], base: str = "grpo", arm: str = "mmr") -
     }
 
 
-def read_groups(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+GROUP_LOG = ".groups.jsonl"
+"""A run's group log, OUT/runs/<arm>-<seed>.groups.jsonl: one JSON line per training group. A run
+writes it plain; the committed runs under experiments/ keep it gzipped (`.groups.jsonl.gz`, about
+a sixth of the bytes), so readers find logs with `group_logs` and read them with `read_groups`."""
+
+
+def group_logs(runs: Path, arm: str = "*") -> list[Path]:
+    """The group logs in a runs folder whose name starts `<arm>-` (a glob, as `grpo-*` always
+    matched: `grpo` takes grpo-passk's too), plain or gzipped, sorted by name."""
+    found = [*runs.glob(f"{arm}-*{GROUP_LOG}"), *runs.glob(f"{arm}-*{GROUP_LOG}.gz")]
+    return sorted(found, key=lambda p: p.name)
+
+
+def read_groups(path: Path | str) -> list[dict[str, Any]]:
+    """The groups of one log, plain or gzipped (by its `.gz` suffix)."""
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
 
 
 def dra_offline(groups: Iterable[dict[str, Any]], reweight) -> dict[str, Any]:
@@ -537,10 +555,9 @@ def operating_characteristics(n: int = 300, seeds: int = 6, steps: int = 40, sta
 
 
 def audit_dir(out: Path) -> dict[str, Any]:
-    """audit_pickone over OUT/results.json and OUT/runs/mmr-*.groups.jsonl."""
+    """audit_pickone over OUT/results.json and OUT/runs/mmr-*.groups.jsonl (or .gz)."""
     results = json.loads((out / "results.json").read_text())
-    logs = {"mmr": [g for p in sorted((out / "runs").glob("mmr-*.groups.jsonl"))
-                    for g in read_groups(p)]}
+    logs = {"mmr": [g for p in group_logs(out / "runs", "mmr") for g in read_groups(p)]}
     return audit_pickone(results, logs)
 
 

@@ -268,7 +268,7 @@ def _decide(runs: list[dict], out: Path, client, offline_ok: bool,
     (GRPO vs MMR)."""
     from reweighter.types import Group, ReweightRequest
 
-    from .decision import area_decision, decision, dra_offline, read_groups
+    from .decision import area_decision, decision, dra_offline, group_logs, read_groups
 
     extra: dict[str, Any] = {}
     methods = {r["method"] for r in runs}
@@ -297,7 +297,7 @@ def _decide(runs: list[dict], out: Path, client, offline_ok: bool,
         extra["decision"] = decision(runs, arm="mmr" if "mmr" in methods else "mmr-keep")
         log(f"decision: {extra['decision']['verdict']} "
             f"({extra['decision']['informative_seeds']} informative seeds)")
-    logs = sorted((out / "runs").glob("grpo-*.groups.jsonl"))
+    logs = group_logs(out / "runs", "grpo")
     if logs and not (opts is not None and opts.no_dra_offline):
         def reweight(method: str, groups: list[dict]) -> list[list[float]]:
             req = ReweightRequest(

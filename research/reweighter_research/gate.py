@@ -44,18 +44,21 @@ def correct_similarity(prompts: list[dict[str, Any]]) -> dict[str, Any]:
     within-prompt cosine among correct completions (mean over prompts of each prompt's mean,
     bootstrap over prompts) and the share of correct pairs at or above SAME_PATH."""
     two = [p for p in prompts if sum(p["correct"]) >= 2]
+    # Each group's mean once, then the bootstrap resamples those (the same draws as resampling
+    # the groups: thousands of logged groups would otherwise take a minute).
+    means = [float(np.mean(p["cos_correct"])) if p["cos_correct"] else None for p in two]
 
-    def mean_cos(ps):
-        m = [float(np.mean(p["cos_correct"])) for p in ps if p["cos_correct"]]
+    def mean_cos(ms):
+        m = [x for x in ms if x is not None]
         return float(np.mean(m)) if m else None
 
     pairs = [c for p in two for c in p["cos_correct"]]
-    ci = bootstrap(two, mean_cos) if len(two) >= 3 else None
+    ci = bootstrap(means, mean_cos) if len(two) >= 3 else None
     return {
         "groups_with_two_correct": len(two),
         "share_groups_two_correct": len(two) / len(prompts) if prompts else None,
         "correct_pairs": len(pairs),
-        "mean_similarity_correct": mean_cos(two),
+        "mean_similarity_correct": mean_cos(means),
         "mean_similarity_correct_ci95": ci,
         "share_correct_pairs_same_path": float(np.mean([c >= SAME_PATH for c in pairs]))
         if pairs else None,
@@ -143,21 +146,37 @@ def between_prompt_variance(prompts: list[dict[str, Any]]) -> float | None:
     return float(max(np.var(r, ddof=1) - within, 0.0))
 
 
-def from_groups(groups: list[dict[str, Any]], embed, band: tuple[float, float] = BANDS["picktwo"]
-                ) -> dict[str, Any]:
+def from_groups(groups: list[dict[str, Any]], embed, band: tuple[float, float] = BANDS["picktwo"],
+                paths: bool = False) -> dict[str, Any]:
     """`summarise` over logged training groups (experiment.StepRecorder's JSONL lines: their
     `completions` and `answers`, None where wrong) instead of fresh samples: the embedder
     condition measured again on many more prompts (the pilot's GRPO groups). `embed(texts) ->
     [N, D] array`. Its accuracy is the training accuracy of those steps, not the untrained
-    policy's: only the similarity figures are the gate's."""
+    policy's: only the similarity figures are the gate's.
+
+    `paths` (wordadd: one answer, several paths): the cosines among correct completions are
+    the figure (correct_similarity), and each group's record (its step, its source and its
+    correct-pair cosines, rounded to 1e-6) is returned under `per_group`, so that a test
+    recomputes the figure from the committed file without the encoder."""
     records = []
     for g in groups:
         answer = list(g["answers"])
         emb = np.asarray(embed(g["completions"]), dtype=np.float64)
         same, diff = similarity_pairs(emb, answer)
-        records.append({"correct": [a is not None for a in answer], "same": same, "diff": diff,
-                        "distinct": len({a for a in answer if a})})
-    return summarise(records, band)
+        rec: dict[str, Any] = {"correct": [a is not None for a in answer], "same": same,
+                               "diff": diff, "distinct": len({a for a in answer if a})}
+        if paths:
+            rec["cos_correct"] = [round(c, 6) for c in same]
+            rec["same"] = rec["cos_correct"]
+        records.append(rec)
+    out = summarise(records, band)
+    if paths:
+        out["per_group"] = [
+            {"source": g.get("source"), "step": g.get("step"), "correct": r["correct"],
+             "cos_correct": r["cos_correct"]}
+            for g, r in zip(groups, records, strict=True)
+        ]
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -171,20 +190,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--groups", nargs="+", metavar="JSONL",
                    help="measure the embedder condition on logged training groups "
-                        "(runs/grpo-*.groups.jsonl) instead of sampling; "
+                        "(runs/grpo-*.groups.jsonl, or .jsonl.gz) instead of sampling; "
                         "writes OUT/groups_gap.json")
     a = p.parse_args(argv)
     if a.groups:
         from reweighter.client.local import LocalClient
 
-        groups = [json.loads(line) for path in a.groups
-                  for line in Path(path).read_text().splitlines() if line.strip()]
+        from .decision import read_groups
+
+        # source: the log's name without .gz (the logs were gzipped after groups_gap.json)
+        groups = [{**g, "source": Path(path).name.removesuffix(".gz")}
+                  for path in a.groups for g in read_groups(path)]
         with LocalClient() as client:
-            got = from_groups(groups, lambda t: client.embed(list(t)).embeddings, BANDS[a.task])
+            got = from_groups(groups, lambda t: client.embed(list(t)).embeddings, BANDS[a.task],
+                              paths=a.task == "wordadd")
         got["groups_from"] = a.groups
         Path(a.out).mkdir(parents=True, exist_ok=True)
         (Path(a.out) / "groups_gap.json").write_text(json.dumps(got, indent=2))
-        print(json.dumps(got, indent=2))
+        print(json.dumps({k: v for k, v in got.items() if k != "per_group"}, indent=2))
         return 0
 
     import torch

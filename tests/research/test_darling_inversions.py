@@ -12,12 +12,12 @@ else gave (Darling's novelty, by design) and is stated in EXPERIMENTS.md."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
 
 from reweighter.methods import answer_labels, darling
+from reweighter_research.decision import group_logs, read_groups
 from reweighter_trainer.rewards import given_answer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,9 +28,8 @@ AFTER = {"mixed": 466, "ranked_below_wrong": 12, "advantage_flipped": 86}
 
 def counts(new_rule: bool) -> dict[str, int]:
     out = {"mixed": 0, "ranked_below_wrong": 0, "advantage_flipped": 0}
-    for path in sorted(RUNS.glob("darling-*.groups.jsonl")):
-        for line in path.read_text().splitlines():
-            g = json.loads(line)
+    for path in group_logs(RUNS, "darling"):
+        for g in read_groups(path):
             ok = [a is not None for a in g["answers"]]  # the checker's verdict per completion
             if all(ok) or not any(ok):
                 continue

@@ -21,7 +21,9 @@ from reweighter_research.decision import (
     delta_for_speedup,
     excluded_from,
     fit_tau_paired,
+    group_logs,
     matched_speed,
+    read_groups,
     simulate_power,
     t_interval,
 )
@@ -121,11 +123,10 @@ def test_the_unreported_secondary_figures() -> None:
     zero = {}
     for arm in ("grpo", "grpo-passk"):
         n = z = 0
-        for path in (EXP / "picktwo-main" / "runs").glob("*.groups.jsonl"):
-            if not re.fullmatch(rf"{arm}-\d+\.groups\.jsonl", path.name):
+        for path in group_logs(EXP / "picktwo-main" / "runs"):
+            if not re.fullmatch(rf"{arm}-\d+\.groups\.jsonl(\.gz)?", path.name):
                 continue
-            for line in path.read_text().splitlines():
-                g = json.loads(line)
+            for g in read_groups(path):
                 n += 1
                 adv = np.asarray(g["rewards"] if arm == "grpo-passk" else g["base_rewards"])
                 z += bool(np.allclose(adv, adv.mean(), atol=1e-12))

@@ -162,3 +162,40 @@ def test_the_committed_main_runs_recompute_no_verdict_and_came_after_the_rule() 
     anc = subprocess.run(["git", "merge-base", "--is-ancestor", commit, f"{added[-1]}~1"],
                          cwd=repo)
     assert anc.returncode == 0, f"{commit} is not strictly before {added[-1]}"
+
+
+def test_the_embedder_recheck_recomputes_from_the_committed_groups() -> None:
+    """experiments/wordadd-main/groups_gap.json: the embedder condition measured again, as
+    pre-stated after the gate, on the 12 GRPO runs' logged groups (`gate --groups`). Its groups
+    are exactly those logs' (sources, steps, which completions were correct); the mean cosine
+    among correct completions and its interval recompute from the committed per-group cosines;
+    and EXPERIMENTS states the pre-stated reading of its upper bound."""
+    import json
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    main = repo / "experiments/wordadd-main"
+    got = json.loads((main / "groups_gap.json").read_text())
+    from reweighter_research.decision import read_groups
+
+    logged = [  # the logs were gzipped after the re-check: a source is the name without .gz
+        (p.name.removesuffix(".gz"), row["step"], [a is not None for a in row["answers"]])
+        for p in sorted((main / "runs").glob("grpo-*.groups.jsonl*"))
+        for row in read_groups(p)
+    ]
+    assert len(logged) == 12 * 80
+    per_group = got["per_group"]
+    assert sorted((g["source"], g["step"], g["correct"]) for g in per_group) == sorted(logged)
+    assert all(len(g["cos_correct"]) == sum(g["correct"]) * (sum(g["correct"]) - 1) // 2
+               for g in per_group)
+    again = correct_similarity(per_group)
+    for key in ("groups_with_two_correct", "correct_pairs", "mean_similarity_correct",
+                "share_correct_pairs_same_path", "correct_paths_distinct"):
+        assert again[key] == pytest.approx(got[key]), key
+    assert again["mean_similarity_correct_ci95"] == pytest.approx(
+        got["mean_similarity_correct_ci95"])
+    high = got["mean_similarity_correct_ci95"][1]
+    text = " ".join((repo / "EXPERIMENTS.md").read_text().split())  # line breaks as spaces
+    assert f"{got['mean_similarity_correct']:.3f}" in text
+    reading = "on a task where the embedder barely tells correct paths apart"
+    assert (high >= SAME_PATH) == (f'verdict on wordadd is reported as "{reading}"' in text)
