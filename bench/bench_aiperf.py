@@ -12,7 +12,7 @@ length distribution. AIPerf runs from its own venv (.bench-venv: its pins differ
 the bundled model's tokenizer from disk (`--tokenizer PATH`: nothing is downloaded) and a custom
 input file (`single_turn`) of one request a line, `{"texts": [16 texts]}` (AIPerf's
 `--batch-size-text` samples its pool with replacement, which would repeat texts); its request
-throughput x 16 is its texts/s. Our client is bench/httpload.py (8 keep-alive httpx
+throughput x 16 is its texts/s. Our client is bench/lib/httpload.py (8 keep-alive httpx
 connections). Both clients run on the same 2 cores as the server (AIPerf held to 2 workers and
 one record processor). The load average is printed before and after: the machine is shared, so
 the rows compare within one run only.
@@ -33,7 +33,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent / d) for d in (".", "lib")]  # + bench/lib
 from bench_embed import groups_of_texts  # noqa: E402
 from httpload import CONNECTIONS, PER_REQUEST, Connections, Loop  # noqa: E402
 
@@ -123,7 +123,7 @@ def main() -> None:
         conns = Connections(Loop(), served.url, "/v1/embeddings", body, "/healthz")
         conns.embed(texts_for(1, 32, count))  # warm-up (its own texts)
         seconds = conns.embed(work["ours"])
-        rows.append(("our client (bench/httpload.py)", args.n / seconds, f"{seconds:.1f} s"))
+        rows.append(("our client (bench/lib/httpload.py)", args.n / seconds, f"{seconds:.1f} s"))
         conns.close()
         summary = run_aiperf(args.aiperf, served.url, model_dir, work["aiperf"], out)
         rps = metric(summary, "request_throughput")

@@ -25,7 +25,7 @@ What is counted (issue 15, item 2): `model tok/s` is the tokens of the sequences
 actually ran through the model, without padding: plain `encode` truncates at 256 and computes
 every duplicate; ours computes each distinct text once and every window of a long one. The
 roofline column is those sequences' FLOPs per second over the peak of a large sgemm measured at
-the start of the same run (bench/roofline.py). Earlier versions divided the tokens of all texts
+the start of the same run (bench/lib/roofline.py). Earlier versions divided the tokens of all texts
 before truncation, duplicates included, by each contender's time: that credited `dup` rows with
 work skipped and `long` plain rows with work never done.
 """
@@ -55,7 +55,7 @@ from reweighter.launch import serve, stop, wait_http  # noqa: E402
 from reweighter.service import free_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent / d) for d in (".", "lib")]  # + bench/lib
 OUT = ROOT / "bench" / "out"
 GROUP = 8
 SEEDS = {"fresh": 1, "dup": 2, "long": 3}

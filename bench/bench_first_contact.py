@@ -9,7 +9,7 @@ longest-first sort) in the same run, the ceiling the service is held to. Each ru
 texts (no cache hit across runs); `dup` has 30 % exact in-group duplicates
 (`groups_of_texts(..., 0.3, ...)` spreads 2-3 copies over the groups of 8), so its ideal ratio
 is the fresh ratio / 0.7. The client keeps 8 keep-alive connections open across runs
-(bench/httpload.py), as a trainer keeps its client.
+(bench/lib/httpload.py), as a trainer keeps its client.
 Runs right after ready and, where the service compiles (`--compile on`, or the default on a
 GPU: `auto` stays eager on CPU), again once it logs that the compiled encoder is in.
 
@@ -44,7 +44,7 @@ USER_ENV = dict(os.environ)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent / d) for d in (".", "lib")]  # + bench/lib
 from bench_embed import free_port, groups_of_texts  # noqa: E402
 from httpload import CONNECTIONS, PER_REQUEST, Connections, Loop  # noqa: E402
 from paired import ratio_ci  # noqa: E402
@@ -101,7 +101,7 @@ class Served:
 
     def embed(self, texts: list[str]) -> float:
         """Seconds to embed `texts` as requests of 16 over 8 keep-alive connections, opened
-        once and reused (bench/httpload.py: a client made per batch charged its own set-up,
+        once and reused (bench/lib/httpload.py: a client made per batch charged its own set-up,
         ~0.2 s, to the server)."""
         if self.conns is None:
             self.conns = Connections(client_loop(), self.url, "/v1/embed",

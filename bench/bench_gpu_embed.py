@@ -21,7 +21,7 @@ by a warm-up pass on other texts):
   its rows, encode and forward only again, with the compile's seconds.
 
 Tokens/s counts the real tokens of the sequences run (specials included: 256 a text). The
-roofline column is the useful FLOPs (bench/roofline.py's model) over the peak of a large
+roofline column is the useful FLOPs (bench/lib/roofline.py's model) over the peak of a large
 half-precision matmul measured in the same run. Accuracy: the largest change of any embedding
 component and of any cosine similarity between 256 texts, against the fp32 encoder on CPU.
 
@@ -48,7 +48,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent / d) for d in (".", "lib")]  # + bench/lib
 from roofline import FlopModel  # noqa: E402
 
 from reweighter.embedding.embedder import CachingEmbedder  # noqa: E402

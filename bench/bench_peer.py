@@ -18,7 +18,7 @@ opened once before the rounds and reused (one httpx.AsyncClient per connection o
 loop in a background thread); both servers close a keep-alive connection idle for 5 s (their
 defaults), so every connection is touched (an untimed GET) right before a timed batch, and new
 TCP connects inside timed batches are counted and printed (should be 0). Ratios are per round
-and given as a geometric mean with a 95 % interval (bench/paired.py): > 1 means the contender
+and given as a geometric mean with a 95 % interval (bench/lib/paired.py): > 1 means the contender
 is faster than the one it is compared with. Ready time is from spawn to the health endpoint's
 first 200 (/readyz; infinity: /health, after its own model warm-up). Before the rounds each
 server's vectors are checked against sentence-transformers' (max abs difference) so the model
@@ -43,7 +43,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent / d) for d in (".", "lib")]  # + bench/lib
 # First: it keeps the user's environment for the served processes (USER_ENV), then sets the
 # bench's own (HF_HUB_OFFLINE=1, TOKENIZERS_PARALLELISM=false) before anything loads transformers.
 import bench_first_contact as fc  # noqa: E402

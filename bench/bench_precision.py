@@ -35,7 +35,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent / d) for d in (".", "lib")]  # + bench/lib
 import numpy as np  # noqa: E402
 from bench_embed import ITEMS, _step, groups_of_texts  # noqa: E402
 from paired import paired_rounds, ratio_ci  # noqa: E402

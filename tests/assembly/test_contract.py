@@ -23,7 +23,14 @@ from reweighter.assembly.machine import (
     Full,
     Mismatch,
 )
-from reweighter.assembly.records import PAYLOAD, SHARED, GroupMeta, MemberRecord, RoundResult
+from reweighter.assembly.records import (
+    PAYLOAD,
+    SCHEMA_VERSION,
+    SHARED,
+    GroupMeta,
+    MemberRecord,
+    RoundResult,
+)
 from reweighter.assembly.store import AssemblyStore
 from reweighter.engine import ReweightEngine
 from reweighter.errors import (
@@ -352,6 +359,38 @@ def test_every_field_that_changes_a_result_is_covered() -> None:
     group_fields = {f.name for f in dataclasses.fields(Group)}
     assert set(SHARED) - {"group_size"} <= request_fields | group_fields
     assert {f"{name}s" for name in PAYLOAD} <= group_fields
+
+
+STORED_META = {
+    3: {
+        "group_size": "int",
+        "method": "str",
+        "params": "dict[str, typing.Any]",
+        "advantages": "str",
+        "advantage_params": "dict[str, typing.Any]",
+        "step": "int | None",
+        "prompt_key": "str | None",
+        "input": "typing.Literal['completion', 'embedding']",
+        "dim": "int | None",
+    },
+}
+"""GroupMeta's fields and their stored types per SCHEMA_VERSION: a new SHARED member field
+changes GroupMeta (it is derived), and the records other replicas read with it."""
+
+
+def test_the_stored_meta_is_derived_and_a_change_to_it_is_a_new_schema_version() -> None:
+    """GroupMeta follows MemberSubmission's SHARED fields with no hand-written list; a member
+    field that changes what is stored fails here until SCHEMA_VERSION is bumped (a rolling
+    upgrade then refuses the other version's records instead of misreading them)."""
+    fields = {
+        name: str(f.annotation).replace("<class '", "").replace("'>", "")
+        for name, f in GroupMeta.model_fields.items()
+        if name != "v"
+    }
+    assert fields == STORED_META.get(SCHEMA_VERSION), (
+        f"GroupMeta is now {fields}: bump records.SCHEMA_VERSION and add its row here"
+    )
+    assert list(fields)[: len(SHARED)] == list(SHARED)
 
 
 @pytest.mark.parametrize("name", list(CHANGES))

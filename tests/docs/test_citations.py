@@ -16,8 +16,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PATH = re.compile(r"(?<![\w./-])((?:[\w-]+/)*[\w-]+\.(?:py|md|proto|sh|yaml|yml))(?![\w/])")
-FOLDER = re.compile(r"(?<![\w./-])((?:tests|docs|bench|scripts|deploy|services|trainer)/[\w/-]*)")
-NAME = re.compile(r"(?<![\w.])(reweighter(?:_trainer)?(?:\.[A-Za-z_]\w*)+)")
+FOLDER = re.compile(
+    r"(?<![\w./-])((?:tests|docs|bench|scripts|deploy|services|trainer|research)/[\w/-]*)")
+NAME = re.compile(r"(?<![\w.])(reweighter(?:_trainer|_research)?(?:\.[A-Za-z_]\w*)+)")
+# where each package's sources live (the research harness and the benchmarks are sources too)
+PACKAGES = {"reweighter": "services/reweighter", "reweighter_trainer": "trainer",
+            "reweighter_research": "research"}  # fmt: skip
 # Files of other projects (and placeholders) cited on purpose: not this repository's.
 FOREIGN = ("ray_trainer.py", "verl/verl/utils/reward_score/partition_reward_vllm_serve.py",
            "code/passk_adv.py", "recipes/dra_grpo.yaml", "recipes/mmr_grpo.yaml",
@@ -31,9 +35,10 @@ def tracked() -> tuple[str, ...]:
 
 
 def sources() -> list[Path]:
-    keep = ("services/reweighter/reweighter/", "trainer/reweighter_trainer/", "docs/")
+    keep = ("services/reweighter/reweighter/", "trainer/reweighter_trainer/",
+            "research/reweighter_research/", "bench/", "docs/")
     return [ROOT / p for p in tracked()
-            if (p.startswith(keep) and p.endswith((".py", ".md")) and "/_proto/" not in p)
+            if (p.startswith(keep) and p.endswith((".py", ".md", ".sh")) and "/_proto/" not in p)
             or p in ("README.md", "BENCHMARKS.md", "EXPERIMENTS.md")]  # fmt: skip
 
 
@@ -63,7 +68,7 @@ def name_exists(dotted: str) -> bool:
     module of it is another kind of name (the trainer's `reweighter.method` config key, the
     proto package `reweighter.v1`): not checked here."""
     parts = dotted.split(".")
-    package = ROOT / ("services/reweighter" if parts[0] == "reweighter" else "trainer") / parts[0]
+    package = ROOT / PACKAGES[parts[0]] / parts[0]
     if not ((package / parts[1]).is_dir() or (package / f"{parts[1]}.py").exists()):
         return True
     for i in range(len(parts), 0, -1):
@@ -85,8 +90,8 @@ def citations() -> list[tuple[str, str, str]]:
     for src in sources():
         text = src.read_text()
         rel = str(src.relative_to(ROOT))
-        for m in PATH.finditer(text):
-            found.add(("path", rel, m.group(1)))
+        for m in PATH.finditer(text):  # lstrip: a shell default, `${CONFIG:-research/x.yaml}`
+            found.add(("path", rel, m.group(1).lstrip("-")))
         for m in FOLDER.finditer(text):
             if m.group(1).endswith("/"):
                 found.add(("folder", rel, m.group(1)))

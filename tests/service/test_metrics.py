@@ -3,6 +3,7 @@ and the batcher's queue depth, on /metrics for both transports."""
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import httpx
@@ -56,3 +57,19 @@ def test_precomputed_embeddings_record_no_encode_time(
     before = _samples(service.http_url).get(name, 0.0)
     http.reweight(ReweightRequest(groups=[Group([1.0, 0.5], embeddings=[[1.0, 0.0], [0.6, 0.8]])]))
     assert _samples(service.http_url).get(name, 0.0) == before
+
+
+def test_encoder_thread_cpu_grows_with_encoding_and_not_without(
+    service: BackgroundService, http: ReweighterClient
+) -> None:
+    """The host path's denominator (bench/bench_host_path.py subtracts this counter from the
+    process's CPU): it grows when texts are encoded, stays put for precomputed embeddings, and
+    never exceeds the process's own CPU time."""
+    name = "reweighter_encoder_thread_cpu_seconds_total"
+    before = _samples(service.http_url)[name]
+    http.reweight(_fresh_request())
+    grown = _samples(service.http_url)[name]
+    assert grown > before
+    http.reweight(ReweightRequest(groups=[Group([1.0, 0.5], embeddings=[[1.0, 0.0], [0.6, 0.8]])]))
+    assert _samples(service.http_url)[name] == grown
+    assert grown <= time.process_time()  # the service runs in this process here

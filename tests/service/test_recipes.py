@@ -4,6 +4,9 @@
 one docs row), the copy's service serves the toy over HTTP and gRPC, with its parameters in the
 HTTP schema, /v1/info, the CLI flags and the metrics; the files that changed are exactly the
 recipe's; and leaving out any step fails where the step says.
+"Add an advantage estimator" (docs/methods.md): applied the same way (a kernel module, its
+parameter model, one entry, one docs row), the copy's engine computes, checks, lists and gives
+flags to the toy estimator; the files that changed are exactly the recipe's.
 "Add a route": applied to a copy of the package and the proto as written (two messages, an RPC,
 the engine coroutine, one call entry; the stubs regenerated), the copy's service serves the toy
 call over HTTP and gRPC and `connect()` reaches it on every backend, with field-named errors,
@@ -15,7 +18,9 @@ table), added to a running app, still gets field-named schema errors and its met
 from __future__ import annotations
 
 import filecmp
+import importlib
 import importlib.util
+import inspect
 import json
 import os
 import re
@@ -114,6 +119,24 @@ def test_the_catalogue_and_the_wire_models_need_no_torch() -> None:
     assert run.stdout.strip() == str(sorted(str(m) for m in CATALOG))
 
 
+def test_each_method_is_one_module_with_its_kernel_and_one_public_function() -> None:
+    """A method's module has its kernel `apply` (the catalogue's; `after` too for a method that
+    acts after the estimator) and at most one public function, of the method's name, for
+    direct Python callers (embeddings, or similarities as `sim=`): no second copy of either to
+    keep in step. The built-in methods all have theirs; the recipe does not ask for one."""
+    for name, spec in CATALOG.items():
+        module = importlib.import_module(f"reweighter.methods.{name}")
+        assert spec.kernel == f"{module.__name__}:apply", name
+        assert spec.after in (None, f"{module.__name__}:after"), name
+        own = {
+            n for n, v in vars(module).items()
+            if inspect.isfunction(v) and v.__module__ == module.__name__ and not n.startswith("_")
+        }  # fmt: skip
+        builtin = name in {"dra", "mmr", "darling", "outcome_ucb"}  # "none": nothing to call
+        public = {str(name)} if builtin else own & {str(name)}
+        assert own == {"apply"} | ({"after"} if spec.after else set()) | public, (name, own)
+
+
 # -- "add a method", on a copy of the package --------------------------------------------------
 
 TOY_MODULE = '''\
@@ -189,12 +212,27 @@ SERVE_TOY = textwrap.dedent(
 )
 
 
-def _copy(tmp: Path, *, module: bool = True, entry: bool = True, row: bool = True) -> Path:
-    """The package and docs/methods.md copied under `tmp`, with the recipe's steps applied."""
+def _package_copy(tmp: Path) -> Path:
+    """The package (under `tmp`/pkg) and docs/methods.md copied under `tmp`; the package."""
     pkg = tmp / "pkg" / "reweighter"
     shutil.copytree(PACKAGE, pkg, ignore=shutil.ignore_patterns("__pycache__"))
     (tmp / "docs").mkdir()
     shutil.copy(DOC, tmp / "docs" / "methods.md")
+    return pkg
+
+
+def _insert_row(doc: Path, after: str, row: str, start: str = "") -> None:
+    """`row` into a table of `doc` after the line that starts with `after` (the first one after
+    `start`)."""
+    text = doc.read_text()
+    at = text.index(after, text.index(start) if start else 0)
+    at = text.index("\n", at) + 1
+    doc.write_text(text[:at] + row + text[at:])
+
+
+def _copy(tmp: Path, *, module: bool = True, entry: bool = True, row: bool = True) -> Path:
+    """The package and docs/methods.md copied under `tmp`, with the recipe's steps applied."""
+    pkg = _package_copy(tmp)
     if module:
         (pkg / "methods" / "toy.py").write_text(TOY_MODULE)
     if entry:
@@ -203,11 +241,7 @@ def _copy(tmp: Path, *, module: bool = True, entry: bool = True, row: bool = Tru
         end = text.index("    )\n}\n", text.index("CATALOG: dict"))
         cat.write_text(text[:end] + TOY_ENTRY + text[end:])
     if row:
-        doc = tmp / "docs" / "methods.md"
-        text = doc.read_text()
-        at = text.index("| `none` |")
-        at = text.index("\n", at) + 1
-        doc.write_text(text[:at] + TOY_ROW + text[at:])
+        _insert_row(tmp / "docs" / "methods.md", "| `none` |", TOY_ROW)
     return tmp
 
 
@@ -281,6 +315,118 @@ def test_each_step_of_the_method_recipe_is_needed(tmp_path: Path) -> None:
     # no docs row: the docs check fails
     doc = (_copy(tmp_path / "no-row", row=False) / "docs" / "methods.md").read_text()
     assert table_problems(doc, {**_catalogue(), "toy": ["weight"]}) == ["toy: no row"]
+
+
+# -- "add an advantage estimator" (docs/methods.md), on a copy of the package -----------------
+
+EST_MODULE = '''\
+"""Toy estimator: scale * (r - mean(r)) (the recipe test's)."""
+
+from __future__ import annotations
+
+
+def apply(b, params):
+    return b.unbatch(params.scale * b.centred())
+'''
+EST_PARAMS = '''
+
+class ToyAdvantageParams(BaseModel):
+    model_config = _CONFIG
+
+    scale: float = Field(2.0, gt=0, allow_inf_nan=False, description="times the centred rewards")
+'''
+EST_ENTRY = """\
+    EstimatorSpec(
+        "toy_adv",
+        "scale * (r - mean(r)) (the recipe test's).",
+        params=f"{_PARAMS}:ToyAdvantageParams",
+        kernel="reweighter.methods.toy_adv:apply",
+        flags="toy",
+    ),
+"""
+EST_ROW = "| `toy_adv` | `scale · (r − mean)`; `advantage_params` `scale` | |\n"
+
+# Runs in the copy: the engine's checks and numbers, /v1/info, the offline flags.
+USE_EST = textwrap.dedent(
+    """
+    import json
+    from reweighter.cli import _advantage_params, build_parser
+    from reweighter.config import Settings
+    from reweighter.engine import ReweightEngine
+    from reweighter.errors import InvalidInput
+    from reweighter.types import Group, ReweightRequest
+
+    engine = ReweightEngine(Settings())
+    group = Group(rewards=[1.0, 0.0, 0.5], embeddings=[[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]])
+    out = {}
+    req = ReweightRequest([group], "none", {}, "toy_adv", {"scale": 3.0})
+    out["advantages"] = engine.reweight(req).groups[0].advantages
+    out["info"] = "toy_adv" in engine.info()["advantages"]
+    try:
+        engine.reweight(ReweightRequest([group], "none", {}, "toy_adv", {"scale": -1}))
+    except InvalidInput as e:
+        out["error"] = e.field
+    args = build_parser().parse_args(["reweight", "in", "out", "--toy-scale", "3"])
+    out["flags"] = _advantage_params(args)
+    print(json.dumps(out))
+    """
+)
+
+
+def _estimator_copy(
+    tmp: Path, *, module: bool = True, params: bool = True, entry: bool = True, row: bool = True
+) -> Path:
+    """The package and docs/methods.md copied under `tmp`, with the estimator recipe's steps
+    (docs/methods.md, "Adding an advantage estimator") applied."""
+    pkg = _package_copy(tmp)
+    if module:
+        (pkg / "methods" / "toy_adv.py").write_text(EST_MODULE)
+    if params:
+        path = pkg / "methods" / "params.py"
+        path.write_text(path.read_text() + EST_PARAMS)
+    if entry:
+        path = pkg / "methods" / "estimators.py"
+        text = path.read_text()
+        end = text.index(')\n"""Estimator name -> spec."""')
+        path.write_text(text[:end] + EST_ENTRY + text[end:])
+    if row:
+        _insert_row(tmp / "docs" / "methods.md", "| `none` |", EST_ROW, "<!-- estimators -->")
+    return tmp
+
+
+@pytest.fixture(scope="module")
+def estimator_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _estimator_copy(tmp_path_factory.mktemp("estimator-recipe"))
+
+
+def test_the_estimator_recipe_touches_the_module_the_model_the_entry_and_the_docs(
+    estimator_copy: Path,
+) -> None:
+    assert _changed(estimator_copy) == [
+        "services/reweighter/reweighter/methods/estimators.py",
+        "services/reweighter/reweighter/methods/params.py",
+        "services/reweighter/reweighter/methods/toy_adv.py",
+        "docs/methods.md",
+    ]
+    table = (estimator_copy / "docs" / "methods.md").read_text().split("<!-- estimators -->")[1]
+    assert "| `toy_adv` |" in table.split("\n\n", 1)[0]  # its row, in the estimators' table
+
+
+@pytest.mark.process
+def test_an_estimator_added_by_the_recipe_works_from_its_files_alone(
+    estimator_copy: Path, tmp_path: Path
+) -> None:
+    run = _run(estimator_copy, USE_EST)
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    assert out["advantages"] == pytest.approx([1.5, -1.5, 0.0])  # 3 * (r - 0.5), by hand
+    assert out["info"] and out["error"] == "advantage_params.scale"
+    assert out["flags"] == {"scale": 3}
+    # without its entry the estimator does not exist; without its module the entry says so
+    run = _run(_estimator_copy(tmp_path / "no-entry", entry=False), USE_EST)
+    assert "unknown advantage kind 'toy_adv'" in run.stderr, run.stderr[-2000:]
+    run = _run(_estimator_copy(tmp_path / "no-module", module=False), USE_EST)
+    assert "cannot load 'reweighter.methods.toy_adv:apply'" in run.stderr, run.stderr[-2000:]
 
 
 # -- "add a route", on a copy of the package and the proto ------------------------------------

@@ -8,8 +8,11 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import threading
+import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +21,7 @@ import pytest
 from conftest import loopback, no_retry
 
 from reweighter.client import GrpcReweighterClient, ReweighterClient
-from reweighter.errors import Overloaded, Unauthenticated
+from reweighter.errors import Overloaded, ReweighterError, Unauthenticated
 from reweighter.service import BackgroundService
 from reweighter.tenancy import digest
 from reweighter.types import Group, ReweightRequest
@@ -250,6 +253,55 @@ def test_a_passed_http_deadline_is_dropped_and_counted(served: BackgroundService
         headers={**headers, "x-request-timeout": "soon"},
     )  # fmt: skip
     assert bad.status_code == 422 and bad.json()["error"]["field"] == "x-request-timeout"
+
+
+def test_a_passed_grpc_deadline_is_dropped_and_counted(
+    served: BackgroundService, engine: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The batcher is held: its worker waits inside team-a's round (a hook around the round) until
+    the test lets it go. team-b's gRPC call (a 3 s deadline) is queued behind it, its deadline
+    passes (the client gets DEADLINE_EXCEEDED), and only then is the worker let go: the call is
+    dropped before it is computed (its text never reaches a round) and counted once. Bounded:
+    every wait has a limit; the one clock the test races is the call's own 3 s deadline against
+    the server registering it (milliseconds)."""
+    batcher = engine.embedder.batcher
+    tag = uuid.uuid4().hex
+    blocker, late = f"{tag} hold the worker", f"{tag} too late"
+    entered, release = threading.Event(), threading.Event()
+    computed: list[str] = []
+    serve = batcher._serve
+
+    def held(round_: Any) -> None:
+        texts = [r.job.text for s in round_ for r in s.ranges]
+        computed.extend(texts)
+        if blocker in texts:
+            entered.set()
+            release.wait(60)
+        serve(round_)
+
+    monkeypatch.setattr(batcher, "_serve", held)
+    a_http, _ = clients(served, "team-a")
+    b_grpc = GrpcReweighterClient(
+        served.grpc_target, api_key=KEYS["team-b"], retry=no_retry(), timeout=3.0
+    )
+    before = _dropped(served)
+    with a_http, b_grpc, ThreadPoolExecutor(1) as pool:
+        first = pool.submit(a_http.embed, [blocker])
+        try:
+            assert entered.wait(60), "team-a's round never started"
+            with pytest.raises(ReweighterError) as caught:
+                b_grpc.embed([late])
+            assert caught.value.grpc_code == "DEADLINE_EXCEEDED"
+        finally:
+            release.set()
+        assert len(first.result(60).embeddings) == 1
+    for _ in range(600):  # the worker has finished the held round and dropped the late call
+        if batcher.pending == 0:
+            break
+        time.sleep(0.05)
+    assert batcher.pending == 0
+    assert late not in computed
+    assert _dropped(served) == before + 1
 
 
 def test_cache_hits_are_counted_per_tenant(served: BackgroundService) -> None:

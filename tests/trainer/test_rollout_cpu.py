@@ -249,8 +249,8 @@ def test_experiment_generates_on_the_rollout_server(rollout_server, reweighter_s
     another in one process: each run generates on the server and syncs before each of its
     steps (the second run first pushes its own initial weights over the first run's), and
     --jobs > 1 is refused (one server holds one trainer's weights)."""
-    base = [sys.executable, "-m", "reweighter_trainer.experiment",
-            "--config", str(REPO / "trainer" / "configs" / "smollm2-picktwo.yaml"),
+    base = [sys.executable, "-m", "reweighter_research.experiment",
+            "--config", str(REPO / "research" / "configs" / "smollm2-picktwo.yaml"),
             "--url", reweighter_service.http_url, "--seeds", "0", "--steps", "2",
             "--eval-prompts", "1", "--no-dra-offline", "--rollout", rollout_server.url]  # fmt: skip
     refused = subprocess.run([*base, "--out", str(tmp_path / "x"), "--jobs", "2"],

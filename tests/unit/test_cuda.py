@@ -1,5 +1,5 @@
 """The CUDA path, against the CPU path it must agree with: skipped without a GPU (CI), run on a
-lent device machine (bench/gpu_check.sh).
+lent device machine (bench/gpu/gpu_check.sh).
 
 What only a GPU can show: the encoder's CUDA defaults (fp16 weights under autocast, 16k-token
 forward batches, 32k-token fairness slices), fp16 vectors within the precision bounds of
@@ -109,14 +109,7 @@ def test_background_compile_swaps_in_on_cuda() -> None:
 
 
 def test_methods_on_cuda_equal_cpu() -> None:
-    from reweighter.methods import (
-        cosine_similarity,
-        darling_from_similarity,
-        dra,
-        mmr,
-        outcome_ucb,
-        pass_at_k,
-    )
+    from reweighter.methods import cosine_similarity, darling, dra, mmr, outcome_ucb, pass_at_k
 
     gen = torch.Generator().manual_seed(7)
     rewards = (torch.rand(64, 16, generator=gen) > 0.5).float()
@@ -129,7 +122,7 @@ def test_methods_on_cuda_equal_cpu() -> None:
         "similarity": lambda r, e, c: cosine_similarity(e),
         "dra": lambda r, e, c: dra(r, e),
         "mmr": lambda r, e, c: mmr(r, e),
-        "darling": lambda r, e, c: darling_from_similarity(r, cosine_similarity(e)),
+        "darling": lambda r, e, c: darling(r, sim=cosine_similarity(e)),
         "pass_at_k": lambda r, e, c: pass_at_k(r, 4),
         "outcome_ucb": lambda r, e, c: outcome_ucb(r, c),
     }

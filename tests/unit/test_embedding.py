@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from sentence_transformers import SentenceTransformer
@@ -180,7 +184,7 @@ def test_auto_compiles_where_it_measured_faster(tmp_path) -> None:
     stay eager, and so does reduced precision on CPU (measured eager only)."""
     from reweighter.embedding.sentence_transformers import auto_compiles, cpu_flags
 
-    avx512 = "avx512f" in cpu_flags()
+    avx512 = "avx512f" in cpu_flags() and os.environ.get("ATEN_CPU_CAPABILITY") in (None, "")
     assert auto_compiles("cpu") is avx512
     assert auto_compiles("cpu", "int8") is False
     assert auto_compiles("cpu", "bf16") is False
@@ -195,6 +199,21 @@ def test_auto_compiles_where_it_measured_faster(tmp_path) -> None:
             assert enc.compile_state == "compiled"
 
 
+def test_auto_follows_the_capability_torch_runs() -> None:
+    """`ATEN_CPU_CAPABILITY=avx2` caps torch (and Inductor) at AVX2 on an AVX-512 CPU: such a
+    process is the AVX2-only CPU `auto` stays eager on (asked of a fresh interpreter: torch
+    reads the variable once, at import)."""
+    code = (
+        "from reweighter.embedding.sentence_transformers import auto_compiles, cpu_flags\n"
+        "print(auto_compiles('cpu'), 'avx512f' in cpu_flags())"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120,
+        env={**os.environ, "ATEN_CPU_CAPABILITY": "avx2"},
+    ).stdout.split()  # fmt: skip
+    assert out[0] == "False"  # eager, whatever the CPU (out[1] says whether it has AVX-512)
+
+
 def test_cpu_flags_are_read_from_cpuinfo() -> None:
     from reweighter.embedding.sentence_transformers import cpu_flags
 
@@ -205,9 +224,7 @@ def test_cpu_flags_are_read_from_cpuinfo() -> None:
 
 
 @pytest.mark.slow
-def test_background_compile_swaps_in_the_same_vectors(
-    plain: SentenceTransformer, tmp_path
-) -> None:
+def test_background_compile_swaps_in_the_same_vectors(plain: SentenceTransformer, tmp_path) -> None:
     """The background compile (what compile="auto" does on a GPU): eager answers at once, the
     compiled forward is swapped in when warm, and it gives the eager vectors (batches of one
     stay eager by design). Run on CPU here: the mechanism is the same."""
@@ -305,3 +322,19 @@ def test_spread_vector_is_the_mean_of_its_windows(
 def test_spread_windows_setting_is_checked() -> None:
     with pytest.raises(ValueError, match="long_text_windows"):
         SentenceTransformerEncoder(None, device="cpu", long_text="spread", long_text_windows=1)
+
+
+def test_token_ids_equal_the_tokenizer_wrappers(enc: SentenceTransformerEncoder) -> None:
+    """The service tokenises with the Rust tokenizer directly (`encode_batch_fast`, no offsets:
+    cheaper per text); its ids must be exactly the wrapper's, and where the backend has been set
+    to truncate (plain `encode` does that), the wrapper's call is used, never a cut text."""
+    texts = ["", " ", "héllo wörld", "日本語のテキスト", "x\ty\nz", "word " * 700]
+    wrapper = enc._tokenizer(texts, add_special_tokens=False, truncation=False, verbose=False)
+    assert enc._token_ids(texts) == wrapper["input_ids"]
+    assert len(enc._token_ids(texts)[-1]) > enc.window  # nothing truncated
+    backend = enc._tokenizer._tokenizer
+    backend.enable_truncation(max_length=8)
+    try:
+        assert enc._token_ids(texts) == wrapper["input_ids"]
+    finally:
+        backend.no_truncation()

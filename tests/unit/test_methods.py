@@ -18,11 +18,9 @@ from reweighter.methods import (
     advantages,
     cosine_similarity,
     dra,
-    dra_from_similarity,
     get_method,
     mean_pairwise_similarity,
     mmr,
-    mmr_from_similarity,
 )
 
 EPS = 1e-6
@@ -113,10 +111,10 @@ def test_dra_sign_case_floor_keeps_sign_none_flips_it() -> None:
     close(dra(r, SPREAD, similarity_floor=0.5), [1 / (2 + EPS), 0.5 / (2 + EPS), -2 / (2 + EPS)])
 
 
-def test_dra_from_similarity_ignores_the_diagonal() -> None:
+def test_dra_on_similarities_ignores_the_diagonal() -> None:
     # s_ii is 1 by definition whatever the matrix says: r1 = 2 / (1 + 0.5) = 1.333333
     sim = t([7.0, 0.5], [0.5, -3.0])
-    close(dra_from_similarity(t(2.0, 3.0), sim), [2 / (1.5 + EPS), 3 / (1.5 + EPS)])
+    close(dra(t(2.0, 3.0), sim=sim), [2 / (1.5 + EPS), 3 / (1.5 + EPS)])
 
 
 def test_dra_ragged_mask() -> None:
@@ -250,8 +248,8 @@ R3 = t(1.0, 0.0, 1.0)
         (lambda: dra(R3, t(1.0, 2.0, 3.0)), "embeddings", r"\[G, D\]"),
         (lambda: dra(R3.unsqueeze(0), E3), "embeddings", r"\[B, G, D\]"),
         (lambda: dra(R3, torch.zeros(3, 0)), "embeddings", r"does not match"),
-        (lambda: dra_from_similarity(R3, torch.eye(3)[:, :2]), "similarity", r"expected \[3, 3\]"),
-        (lambda: mmr_from_similarity(R3, torch.eye(2)), "similarity", r"does not match"),
+        (lambda: dra(R3, sim=torch.eye(3)[:, :2]), "similarity", r"expected \[3, 3\]"),
+        (lambda: mmr(R3, sim=torch.eye(2)), "similarity", r"does not match"),
         (lambda: dra(t(1.0, NAN, 1.0), E3), "rewards", r"NaN or inf at item 1"),
         (
             lambda: mmr(t([1.0, 0, 1], [0, 0, INF]), E3.expand(2, 3, 2)),
@@ -285,7 +283,7 @@ R3 = t(1.0, 0.0, 1.0)
         (lambda: mmr(R3, E3, lam=-0.1), "lam", r"\[0, 1\]"),
         (lambda: mmr(R3, E3, lam=NAN), "lam", r"\[0, 1\]"),
         (lambda: mmr(R3, E3, lam="fast"), "lam", r"adaptive"),
-        (lambda: mmr_from_similarity(R3, torch.eye(3), lam=True), "lam", r"adaptive"),
+        (lambda: mmr(R3, sim=torch.eye(3), lam=True), "lam", r"adaptive"),
         (lambda: dra(R3, E3, similarity_floor=2.0), "similarity_floor", r"\[-1, 1\]"),
         (lambda: dra(R3, E3, similarity_floor=NAN), "similarity_floor", r"\[-1, 1\]"),
         (lambda: dra(R3, E3, eps=0.0), "eps", r"> 0"),
@@ -296,12 +294,12 @@ R3 = t(1.0, 0.0, 1.0)
             "method",
             r"unknown method 'grpo'; known: dra, mmr, darling, outcome_ucb, none",
         ),
-        (lambda: dra_from_similarity(t(1.0, 1.0), t([1.0, NAN], [NAN, 1.0])), "similarity", "NaN"),
-        (lambda: mmr_from_similarity(t(1.0, 1.0), t([1.0, INF], [INF, 1.0])), "similarity", "NaN"),
+        (lambda: dra(t(1.0, 1.0), sim=t([1.0, NAN], [NAN, 1.0])), "similarity", "NaN"),
+        (lambda: mmr(t(1.0, 1.0), sim=t([1.0, INF], [INF, 1.0])), "similarity", "NaN"),
         # No floor and a row sum of exactly -eps: the denominator vanishes; refuse, never inf.
         (
-            lambda: dra_from_similarity(
-                t(1.0, 1.0), t([1, -1.5], [-1.5, 1]), similarity_floor=None, eps=0.5
+            lambda: dra(
+                t(1.0, 1.0), sim=t([1, -1.5], [-1.5, 1]), similarity_floor=None, eps=0.5
             ),
             "similarity_floor",
             r"vanishes at item 0",

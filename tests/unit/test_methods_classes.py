@@ -17,7 +17,6 @@ from reweighter.methods import (
     answer_labels,
     class_counts,
     darling,
-    darling_from_similarity,
     distinct_answers,
     effective_size,
     outcome_ucb,
@@ -147,12 +146,12 @@ def test_darling_keeps_a_penalty_as_it_is() -> None:
     close(out, [1.0, -1.0, -1.0, -1.0])
 
 
-def test_darling_from_similarity_hand_computed() -> None:
+def test_darling_on_similarities_hand_computed() -> None:
     # s01 = 0.95 >= 0.9: {0, 1}, {2}. d = (1/2, 1/2, 1).
     s = torch.tensor([[1.0, 0.95, 0.2], [0.95, 1.0, 0.3], [0.2, 0.3, 1.0]])
-    close(darling_from_similarity(torch.ones(3), s, class_threshold=0.9), [0.5, 0.5, 1.0])
+    close(darling(torch.ones(3), sim=s, class_threshold=0.9), [0.5, 0.5, 1.0])
     # Threshold 0.96: three classes, every d = 1.
-    close(darling_from_similarity(torch.ones(3), s, class_threshold=0.96), [1.0, 1.0, 1.0])
+    close(darling(torch.ones(3), sim=s, class_threshold=0.96), [1.0, 1.0, 1.0])
 
 
 def test_darling_masked_items_are_out_of_every_count() -> None:
@@ -302,8 +301,8 @@ def test_new_methods_are_permutation_equivariant(
     )
     s = torch.nn.functional.normalize(e, dim=-1) @ torch.nn.functional.normalize(e, dim=-1).T
     close(
-        darling_from_similarity(r[p], s[p][:, p], class_threshold=0.9),
-        darling_from_similarity(r, s, class_threshold=0.9)[p].tolist(),
+        darling(r[p], sim=s[p][:, p], class_threshold=0.9),
+        darling(r, sim=s, class_threshold=0.9)[p].tolist(),
     )
     close(effective_size(s[p][:, p]), effective_size(s).item(), tol=1e-5)
 

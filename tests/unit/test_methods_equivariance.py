@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reweighter.errors import InvalidInput
-from reweighter.methods import advantages, dra, mmr, mmr_from_similarity
+from reweighter.methods import advantages, dra, mmr
 from reweighter.methods.params import MmrParams
 
 FAST = settings(max_examples=80, deadline=None)
@@ -32,7 +32,7 @@ S3 = torch.tensor([[1.0, 0.9, 0.2], [0.9, 1.0, 0.5], [0.2, 0.5, 1.0]])
 
 
 def test_all_wrong_group_is_left_alone_by_default() -> None:
-    out, lam = mmr_from_similarity(torch.zeros(3), S3)
+    out, lam = mmr(torch.zeros(3), sim=S3)
     close(out, [0.0, 0.0, 0.0])
     assert lam.item() == 1.0  # the λ it was left with: every reward unchanged
     close(advantages(out, "grpo"), [0.0, 0.0, 0.0])  # as GRPO gives
@@ -43,13 +43,13 @@ def test_all_wrong_group_diversified_goes_by_content() -> None:
     # Step 1: item 1: 0.5*0 - 0.5*max(0, s13 = 0.2) = -0.1; item 2: -0.5*0.5 = -0.25 -> item 1.
     # Step 2: item 2: redundancy max(s23 = 0.5, s21 = 0.9) = 0.9 -> -0.45.
     # (First index first, as before, would have given item 1 the 0: [0, -0.45, -0.1].)
-    out, lam = mmr_from_similarity(torch.zeros(3), S3, equal_rewards="diversify")
+    out, lam = mmr(torch.zeros(3), sim=S3, equal_rewards="diversify")
     close(out, [-0.1, -0.45, 0.0])
     assert lam.item() == 0.5
     for perm in ([2, 0, 1], [1, 2, 0], [2, 1, 0]):
         p = torch.tensor(perm)
-        out_p, _ = mmr_from_similarity(
-            torch.zeros(3), S3[p][:, p], equal_rewards="diversify"
+        out_p, _ = mmr(
+            torch.zeros(3), sim=S3[p][:, p], equal_rewards="diversify"
         )
         close(out_p, out[p].tolist())
 
@@ -66,12 +66,12 @@ def test_two_correct_answers_are_ordered_by_content_not_position() -> None:
         [[1.0, 0.8, 0.7, 0.6], [0.8, 1.0, 0.1, 0.2], [0.7, 0.1, 1.0, 0.5], [0.6, 0.2, 0.5, 1.0]]
     )
     r = torch.tensor([1.0, 1.0, 0.0, 0.0])
-    out, lam = mmr_from_similarity(r, s)
+    out, lam = mmr(r, sim=s)
     lam_v, c = 0.6224593, 0.3775407
     close(out, [lam_v - c * 0.8, 1.0, -c * 0.7, -c * 0.6])
     for perm in ([1, 0, 2, 3], [3, 2, 1, 0], [2, 0, 3, 1]):
         p = torch.tensor(perm)
-        out_p, _ = mmr_from_similarity(r[p], s[p][:, p])
+        out_p, _ = mmr(r[p], sim=s[p][:, p])
         close(out_p, out[p].tolist())
 
 
@@ -107,19 +107,19 @@ def test_copies_share_what_their_places_got() -> None:
 
 
 def test_fixed_lambda_also_keeps_equal_groups_unless_asked() -> None:
-    out, lam = mmr_from_similarity(torch.full((3,), 2.0), S3, lam=0.3)
+    out, lam = mmr(torch.full((3,), 2.0), sim=S3, lam=0.3)
     close(out, [2.0, 2.0, 2.0])
     assert lam.item() == 1.0
     # diversify, λ = 0.3: item 3 keeps 2; item 1: 0.6 - 0.7*0.2 = 0.46, item 2: 0.6 - 0.35 = 0.25
     # -> item 1; item 2: 0.6 - 0.7*0.9 = -0.03.
-    out, lam = mmr_from_similarity(torch.full((3,), 2.0), S3, lam=0.3, equal_rewards="diversify")
+    out, lam = mmr(torch.full((3,), 2.0), sim=S3, lam=0.3, equal_rewards="diversify")
     close(out, [0.46, -0.03, 2.0])
     assert lam.item() == pytest.approx(0.3)
 
 
 def test_equal_rewards_is_validated_by_name() -> None:
     with pytest.raises(InvalidInput, match='"keep" or "diversify"') as err:
-        mmr_from_similarity(torch.zeros(3), S3, equal_rewards="paper")  # type: ignore[arg-type]
+        mmr(torch.zeros(3), sim=S3, equal_rewards="paper")  # type: ignore[arg-type]
     assert err.value.field == "equal_rewards"
     assert MmrParams.model_validate({"equal_rewards": "diversify"}).equal_rewards == "diversify"
     assert MmrParams().equal_rewards == "keep"

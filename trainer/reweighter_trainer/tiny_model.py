@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from reweighter_trainer.cache import building, cache_root
 
 DEFAULT_TINY: dict[str, Any] = {
     "vocab_size": 384,
@@ -27,12 +26,6 @@ DEFAULT_TINY: dict[str, Any] = {
     "sft_steps": 150,
 }
 SPECIAL_TOKENS = ["<|endoftext|>", "<|pad|>"]
-
-
-def cache_root() -> Path:
-    """Where built models live: $REWEIGHTER_TRAINER_CACHE, else ~/.cache/reweighter/models."""
-    env = os.environ.get("REWEIGHTER_TRAINER_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "reweighter" / "models"
 
 
 def _corpus() -> list[str]:
@@ -68,20 +61,11 @@ def tiny_model_path(spec: dict[str, Any] | None = None) -> Path:
     """Build (once) and return the directory of a tiny model; safe to call from many processes."""
     cfg = {**DEFAULT_TINY, **(spec or {})}
     key = hashlib.sha256(json.dumps(cfg, sort_keys=True).encode()).hexdigest()[:12]
-    target = cache_root() / f"tiny-qwen2-{key}"
+    target = cache_root() / "models" / f"tiny-qwen2-{key}"
     if (target / "config.json").exists():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
-    try:
+    with building(target) as tmp:  # a concurrent builder's copy wins, ours is dropped
         _build(cfg, tmp)
-        try:
-            tmp.rename(target)  # atomic: a concurrent builder's copy wins, ours is dropped
-        except OSError:
-            if not (target / "config.json").exists():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return target
 
 

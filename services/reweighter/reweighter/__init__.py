@@ -15,7 +15,9 @@ Add a reweighting method (three places, nothing else):
    or outcome memory lists them in its entry (`needs=("classes",)` / `("memory",)`) and its
    kernel takes the keyword `ctx` (a `reweighter.methods.context.MethodContext`). A method that
    acts after the advantage estimator too (outcome_ucb: the paper adds its bonus to the
-   advantage) names that kernel in its entry's `after` (`MethodSpec.after`).
+   advantage) names that kernel in its entry's `after` (`MethodSpec.after`). A function of the
+   method's name for direct Python callers is optional (the built-in ones have one each,
+   checking its input and calling the same formula as `apply`).
 2. One entry in `CATALOG` (`reweighter/methods/catalog.py`):
    `MethodSpec("<name>", "<one line: what it does>", params="reweighter.methods.<name>:<Model>",
    kernel="reweighter.methods.<name>:apply", needs_similarity=<bool>)`.

@@ -119,6 +119,14 @@ class _EngineCollector(Collector):
         )
         yield _one(
             CounterMetricFamily,
+            "reweighter_encoder_thread_cpu_seconds",
+            "CPU seconds the batcher's encoder thread spent inside the encoder (padding, the "
+            "forward, copying vectors back): on a GPU what launching the work costs the host; "
+            "on a CPU the forward itself, that thread's share (intra-op threads not counted)",
+            getattr(getattr(embedder, "batcher", None), "forward_cpu_s", 0.0),
+        )
+        yield _one(
+            CounterMetricFamily,
             "reweighter_requests_dropped",
             "requests dropped before they were computed: their deadline (gRPC's, or the HTTP "
             "x-request-timeout header) passed or their client went away",

@@ -4,20 +4,22 @@ See docs/integrations.md for the contract, rounds, failure modes and a sequence 
 
 The public API is small: `GroupAssembler(engine, store, settings)` with `await submit(member)
 -> MemberResult`, `start()`, `aclose()`, its `stats`; `make_store(settings)`; the vocabulary
-`MemberSubmission`, `MemberResult`, `MemberReason` (assembly/types.py). The names are loaded on
-first use, so `reweighter.assembly.types` imports without the engine (the light client needs it).
+`MemberSubmission`, `MemberResult`, `MemberReason` (defined with every wire message in
+reweighter.types, handed on here). The assembler and the stores are loaded on first use, so
+importing the package imports no engine.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..types import MemberReason, MemberResult, MemberSubmission
+
 if TYPE_CHECKING:
     from ..config import Settings
     from .assembler import AssemblyStats, GroupAssembler
     from .machine import AddOutcome
     from .store import AssemblyStore, MemoryStore
-    from .types import MemberReason, MemberResult, MemberSubmission
 
 _WHERE = {
     "AssemblyStats": "assembler",
@@ -25,9 +27,6 @@ _WHERE = {
     "AddOutcome": "machine",
     "AssemblyStore": "store",
     "MemoryStore": "store",
-    "MemberReason": "types",
-    "MemberResult": "types",
-    "MemberSubmission": "types",
 }
 
 

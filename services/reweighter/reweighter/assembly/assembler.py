@@ -30,12 +30,23 @@ from ..engine.surface import EngineSurface
 from ..errors import Conflict, Overloaded, PreconditionFailed, StoreUnavailable
 from ..limits import Limits
 from ..tenancy import tenant_share
-from .machine import Added, Answered, Bounded, Exists, Full, Mismatch, answered, conflict
+from ..types import MemberResult, MemberSubmission
+from .machine import (
+    Added,
+    Answered,
+    Bounded,
+    Exists,
+    Full,
+    Member,
+    Mismatch,
+    answered,
+    conflict,
+    encode,
+)
 from .pace import Pace
-from .records import Member, RoundResult, encode
+from .records import RoundResult
 from .round import CLAIM_TTL_S, GRACE_S, AssemblyStats, Context, Round, bounded
 from .store import AssemblyStore, stop_if_cancelled
-from .types import MemberResult, MemberSubmission
 
 log = logging.getLogger(__name__)
 

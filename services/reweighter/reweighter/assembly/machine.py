@@ -12,21 +12,32 @@ An outcome is one of six small frozen types (`AddOutcome`); the assembler matche
 one place. Other transitions (`finish`, `claim`, expiry) have one effect each and are described
 on `AssemblyStore`.
 
-The conflict rule is here too (`conflict`): a member that does not
-fit what its round holds, before or after the round was answered, is a 409 naming the first
-member field that differs, in the member's field order (records.SHARED, records.PAYLOAD).
+The member as the rules read it is here too, beside the rule that compares it: `encode` turns a
+checked member into its records (`Member`: its round's meta from its SHARED fields, its record
+with a digest of each PAYLOAD field), `conflict` is the 409 for a member that does not fit what
+its round holds, before or after the round was answered (naming the first member field that
+differs, in the member's field order: records.SHARED, records.PAYLOAD), and `answer_of` a
+member's answer from its round's result.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel
 
 from ..errors import Conflict, PreconditionFailed, StoreUnavailable
 from ..limits import AssemblyLimits
-from .records import PAYLOAD, SHARED, GroupMeta, Member, MemberRecord, RoundResult
-from .types import MemberResult
+from ..tenancy import DEFAULT_TENANT, current_tenant, scoped
+from ..types import MemberReason, MemberResult
+from .records import PAYLOAD, SHARED, GroupMeta, MemberRecord, RoundResult
+
+if TYPE_CHECKING:  # the stores need no engine
+    from ..engine.checks import CheckedMember
 
 
 @dataclass(frozen=True)
@@ -179,6 +190,73 @@ def outcome(name: str, rnd: int, count: int, value: str) -> tuple[Rule, AddOutco
     return rule, Added(rnd, count)
 
 
+# -- the member as the rules read it ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Member:
+    """A checked member and its records as the stores keep them."""
+
+    checked: CheckedMember
+    meta: GroupMeta
+    """Its round's meta: what every member must share."""
+    record: MemberRecord
+    """Compared by digest on a retry."""
+    tenant: str = DEFAULT_TENANT
+    """Whose member it is: its group lives in that tenant's namespace of the store."""
+
+    @property
+    def gid(self) -> str:
+        """The group id as its sender named it (in messages and answers)."""
+        return self.checked.group_id
+
+    @property
+    def key(self) -> str:
+        """The group's key in the store: the id in its tenant's namespace, so two tenants
+        using one group id never meet (reweighter.tenancy.scoped)."""
+        return scoped(self.checked.group_id, self.tenant)
+
+    @property
+    def mid(self) -> str:
+        return self.checked.member_id
+
+
+def _stored(value: Any) -> Any:
+    """A checked shared field as GroupMeta stores it: parsed params as their JSON (defaults
+    filled in, aliases as on the wire), names as their strings."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json", by_alias=True)
+    if isinstance(value, StrEnum):
+        return value.value
+    return value
+
+
+def _digest(value: str | bytes) -> str:
+    return hashlib.sha256(value.encode("utf-8") if isinstance(value, str) else value).hexdigest()
+
+
+def encode(c: CheckedMember, tenant: str | None = None) -> Member:
+    """A checked member with its records: the meta from its SHARED fields, the record from its
+    PAYLOAD (each given field digested, so none can change unseen: `conflict` compares them),
+    in `tenant`'s namespace (default: the caller's)."""
+    payload: dict[str, Any] = {name: getattr(c, name) for name in PAYLOAD}
+    digests: dict[str, str] = {}
+    for name, given in payload.items():
+        if name == "reward" or given is None:
+            continue
+        digests[name] = _digest(given.tobytes() if hasattr(given, "tobytes") else str(given))
+    if c.completion is not None:
+        value: str | list[float] = c.completion
+        kind: Literal["completion", "embedding"] = "completion"
+        dim = None
+    else:
+        assert c.embedding is not None
+        value, kind, dim = c.embedding.tolist(), "embedding", int(c.embedding.shape[0])
+    meta = GroupMeta(**{name: _stored(getattr(c, name)) for name in SHARED}, input=kind, dim=dim)
+    record = MemberRecord(reward=c.reward, digests=digests, value=value, answer=c.answer)
+    return Member(c, meta, record, current_tenant() if tenant is None else tenant)
+
+
 def conflict(
     have: GroupMeta, stored: tuple[float, Mapping[str, str]] | None, m: Member
 ) -> Conflict | PreconditionFailed | None:
@@ -228,7 +306,25 @@ def answer_of(result: RoundResult, m: Member) -> MemberResult:
     i = result.ids.index(m.mid)
     if error := conflict(result.meta, (result.raw[i], result.digests[i]), m):
         raise error
-    return result.answer(m.gid, i)
+    return member_answer(result, m.gid, i)
+
+
+def member_answer(result: RoundResult, group_id: str, i: int) -> MemberResult:
+    """The answer of the member at position i of a round's result (reweighted when the round
+    was whole, raw when it closed short)."""
+    complete = result.complete
+    return MemberResult(
+        group_id=group_id,
+        member_id=result.ids[i],
+        reward=result.rewards[i],
+        raw_reward=result.raw[i],
+        advantage=result.advantages[i] if result.advantages is not None else None,
+        complete=complete,
+        reason=None if complete else MemberReason.SHORT,
+        stats=result.stats if complete else None,
+        members=len(result.ids),
+        round=result.round,
+    )
 
 
 def answered(result: RoundResult, m: Member, reuse_ids: bool) -> MemberResult | None:
@@ -252,6 +348,7 @@ __all__ = [
     "Bounded",
     "Exists",
     "Full",
+    "Member",
     "Mismatch",
     "Rule",
     "View",
@@ -260,4 +357,6 @@ __all__ = [
     "answer_of",
     "answered",
     "conflict",
+    "encode",
+    "member_answer",
 ]

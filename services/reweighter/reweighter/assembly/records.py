@@ -10,28 +10,26 @@ to these models; a deployment that wants the versions fully apart can also chang
 `assembly_prefix` with the upgrade.
 
 The in-process store keeps the objects; the Redis store keeps `dump()` strings, canonical (sorted
-keys) so that equal metas are equal strings for its Lua scripts. `encode` turns a checked member
-into its records (`Member`), `OpenRound.result` a round into its result and
-`RoundResult.answer` a round's result into a member's answer.
+keys) so that equal metas are equal strings for its Lua scripts. This module is the stored data
+alone: a checked member becomes its records (machine.encode), and a round's result a member's
+answer (machine.answer_of), where the rules that compare them are.
 """
 
 from __future__ import annotations
 
-import hashlib
+import dataclasses
+import functools
 import json
-from dataclasses import dataclass
+import operator
+import types
+from collections.abc import Mapping
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Literal, Self
+from typing import Any, Literal, Self, get_args, get_origin, get_type_hints
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from ..errors import StoreUnavailable
-from ..tenancy import DEFAULT_TENANT, current_tenant, scoped
-from ..types import GroupStats, member_fields
-from .types import MemberReason, MemberResult
-
-if TYPE_CHECKING:  # the stores need no engine
-    from ..engine.checks import CheckedMember
+from ..types import GroupStats, MemberSubmission, member_fields
 
 SCHEMA_VERSION = 3
 """2: a round's statistics are one `stats` object (GroupStats), not five flat fields; a member
@@ -71,23 +69,49 @@ class _Record(BaseModel):
             raise StoreUnavailable(f"malformed {cls.__name__} in the assembly store") from e
 
 
-class GroupMeta(_Record):
-    """What every member of a round must agree on: the member's SHARED fields in their stored
-    form (a test holds the two lists equal), and the kind and width of its input."""
+_GROUP_META_DOC = """What every member of a round must agree on: the member's SHARED fields
+in their stored form (params and advantage_params after validation, defaults filled in, so `{}`
+and the explicit defaults are equal; names as strings), and the kind (`input`) and width (`dim`,
+None for completions) of its input. Derived from MemberSubmission (`_group_meta`); any change
+to it is a new SCHEMA_VERSION (tests/assembly/test_contract.py holds the two together)."""
 
-    group_size: int
-    method: str
-    params: dict[str, Any]
-    """After validation, defaults filled in: `{}` and the explicit defaults are equal."""
-    advantages: str
-    input: Literal["completion", "embedding"]
-    dim: int | None
-    """The embedding width; None for completions."""
-    advantage_params: dict[str, Any] = {}
-    """After validation, defaults filled in (pass_at_k's k and success_threshold)."""
-    step: int | None = None
-    prompt_key: str | None = None
-    """outcome_ucb's: the round is reweighted with them, so every member must give the same."""
+
+def _stored_field(f: dataclasses.Field[Any], hint: Any) -> tuple[Any, Any]:
+    """A SHARED member field's (type, default) as GroupMeta stores it, the types of the values
+    machine.encode stores: a mapping (parsed params) as a JSON object, a name (a StrEnum) as
+    its string; required unless the wire gives None or an empty mapping by default."""
+    if get_origin(hint) in (Mapping, dict):
+        kind: Any = dict[str, Any]
+    elif isinstance(hint, types.UnionType):
+        args = tuple(dict.fromkeys(
+            str if isinstance(a, type) and issubclass(a, StrEnum) else a for a in get_args(hint)
+        ))  # fmt: skip
+        kind = functools.reduce(operator.or_, args)
+    else:
+        kind = hint
+    if f.default_factory is not dataclasses.MISSING:
+        return kind, Field(default_factory=dict)
+    return kind, (None if f.default is None else ...)
+
+
+def _group_meta() -> type[_Record]:
+    """GroupMeta, derived from MemberSubmission's SHARED fields (types.MemberRole): a field
+    given that role is stored, compared and rebuilt with no code here."""
+    hints = get_type_hints(MemberSubmission)
+    shared = {f.name: _stored_field(f, hints[f.name]) for f in dataclasses.fields(MemberSubmission)
+              if f.name in SHARED}  # fmt: skip
+    return create_model(
+        "GroupMeta",
+        __base__=_Record,
+        __module__=__name__,
+        __doc__=_GROUP_META_DOC,
+        **shared,
+        input=(Literal["completion", "embedding"], ...),
+        dim=(int | None, ...),
+    )
+
+
+GroupMeta = _group_meta()
 
 
 class MemberRecord(_Record):
@@ -95,7 +119,7 @@ class MemberRecord(_Record):
     digests: dict[str, str]
     """sha256 per PAYLOAD field the member gave, other than `reward` (kept as is): the completion
     (UTF-8) or the float32 embedding, the answer. A retry is compared by them; a resend that
-    differs is a 409 naming the first field that does (machine.payload_conflict)."""
+    differs is a 409 naming the first field that does (machine.conflict)."""
     value: str | list[float]
     """The completion or the embedding."""
     answer: str | None = None
@@ -118,21 +142,6 @@ class RoundResult(_Record):
     stats: GroupStats | None
     """The group's statistics (complete), None when it closed short: the wire's own GroupStats,
     so a field added to it is stored and answered with no code here."""
-
-    def answer(self, group_id: str, i: int) -> MemberResult:
-        """The answer of the member at position i."""
-        return MemberResult(
-            group_id=group_id,
-            member_id=self.ids[i],
-            reward=self.rewards[i],
-            raw_reward=self.raw[i],
-            advantage=self.advantages[i] if self.advantages is not None else None,
-            complete=self.complete,
-            reason=None if self.complete else MemberReason.SHORT,
-            stats=self.stats if self.complete else None,
-            members=len(self.ids),
-            round=self.round,
-        )
 
 
 class OpenRound(BaseModel):
@@ -172,78 +181,12 @@ class OpenRound(BaseModel):
         )
 
 
-@dataclass(frozen=True)
-class Member:
-    """A checked member and its records as the stores keep them."""
-
-    checked: CheckedMember
-    meta: GroupMeta
-    """Its round's meta: what every member must share."""
-    record: MemberRecord
-    """Compared by digest on a retry."""
-    tenant: str = DEFAULT_TENANT
-    """Whose member it is: its group lives in that tenant's namespace of the store."""
-
-    @property
-    def gid(self) -> str:
-        """The group id as its sender named it (in messages and answers)."""
-        return self.checked.group_id
-
-    @property
-    def key(self) -> str:
-        """The group's key in the store: the id in its tenant's namespace, so two tenants
-        using one group id never meet (reweighter.tenancy.scoped)."""
-        return scoped(self.checked.group_id, self.tenant)
-
-    @property
-    def mid(self) -> str:
-        return self.checked.member_id
-
-
-def _stored(value: Any) -> Any:
-    """A checked shared field as GroupMeta stores it: parsed params as their JSON (defaults
-    filled in, aliases as on the wire), names as their strings."""
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json", by_alias=True)
-    if isinstance(value, StrEnum):
-        return value.value
-    return value
-
-
-def _digest(value: str | bytes) -> str:
-    return hashlib.sha256(value.encode("utf-8") if isinstance(value, str) else value).hexdigest()
-
-
-def encode(c: CheckedMember, tenant: str | None = None) -> Member:
-    """A checked member with its records: the meta from its SHARED fields, the record from its
-    PAYLOAD (each given field digested, so none can change unseen), in `tenant`'s namespace
-    (default: the caller's)."""
-    payload: dict[str, Any] = {name: getattr(c, name) for name in PAYLOAD}
-    digests: dict[str, str] = {}
-    for name, given in payload.items():
-        if name == "reward" or given is None:
-            continue
-        digests[name] = _digest(given.tobytes() if hasattr(given, "tobytes") else str(given))
-    if c.completion is not None:
-        value: str | list[float] = c.completion
-        kind: Literal["completion", "embedding"] = "completion"
-        dim = None
-    else:
-        assert c.embedding is not None
-        value, kind, dim = c.embedding.tolist(), "embedding", int(c.embedding.shape[0])
-    meta = GroupMeta(**{name: _stored(getattr(c, name)) for name in SHARED}, input=kind, dim=dim)
-    record = MemberRecord(reward=c.reward, digests=digests, value=value, answer=c.answer)
-    return Member(c, meta, record, current_tenant() if tenant is None else tenant)
-
-
 __all__ = [
     "PAYLOAD",
     "SCHEMA_VERSION",
     "SHARED",
     "GroupMeta",
-    "Member",
     "MemberRecord",
     "OpenRound",
     "RoundResult",
-    "encode",
 ]

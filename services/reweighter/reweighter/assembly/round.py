@@ -28,12 +28,11 @@ from ..engine.surface import EngineSurface
 from ..errors import Conflict, InvalidInput, LimitExceeded, PreconditionFailed, StoreUnavailable
 from ..methods import advantages as advantage_estimator
 from ..methods.estimators import get_estimator
-from ..types import AdvantageKind, Group, ReweightRequest
-from .machine import answer_of
+from ..types import AdvantageKind, Group, MemberReason, MemberResult, ReweightRequest
+from .machine import Member, answer_of
 from .pace import Pace
-from .records import PAYLOAD, SHARED, Member, OpenRound, RoundResult
+from .records import PAYLOAD, SHARED, OpenRound, RoundResult
 from .store import AssemblyStore, stop_if_cancelled
-from .types import MemberReason, MemberResult
 
 log = logging.getLogger(__name__)
 

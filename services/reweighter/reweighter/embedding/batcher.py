@@ -88,6 +88,11 @@ class DynamicBatcher:
         self._thread: threading.Thread | None = None
         self._by_tenant: dict[str, int] = {}  # requests waiting or running, per tenant
         self.dropped = 0  # requests dropped unserved: deadline passed or client gone
+        # CPU seconds the worker thread spent inside the encoder (padding, the forward and
+        # copying the vectors back): on a GPU what launching the work costs the host, on a CPU
+        # the forward itself (this thread's share). Subtracted from the process's CPU, it
+        # leaves the host path (bench/bench_host_path.py); exported as a counter.
+        self.forward_cpu_s = 0.0
         # The worker's own: the requests in rotation, the round counter, tenants' virtual time.
         self._active: list[Request] = []
         self._round = 0
@@ -319,7 +324,11 @@ class DynamicBatcher:
 
     def _embed(self, pieces: list[Piece]) -> np.ndarray:
         with self._model_lock:
-            out = self.encoder.embed_pieces(pieces)
+            t0 = time.thread_time()
+            try:
+                out = self.encoder.embed_pieces(pieces)
+            finally:
+                self.forward_cpu_s += time.thread_time() - t0
         if out.shape[0] != len(pieces):
             raise RuntimeError(f"encoder returned {out.shape[0]} vectors for {len(pieces)} pieces")
         return out

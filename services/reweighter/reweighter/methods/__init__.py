@@ -32,8 +32,8 @@ _LAZY = {
     **dict.fromkeys(("ADVANTAGE_KINDS", "advantages", "batched_advantages"), "advantages"),
     **dict.fromkeys(("ESTIMATORS", "EstimatorSpec", "estimator_names", "get_estimator"),
                     "estimators"),  # fmt: skip
-    **dict.fromkeys(("dra", "dra_from_similarity"), "dra"),
-    **dict.fromkeys(("darling", "darling_from_similarity"), "darling"),
+    **dict.fromkeys(("dra",), "dra"),
+    **dict.fromkeys(("darling",), "darling"),
     **dict.fromkeys(("outcome_ucb",), "outcome_ucb"),
     **dict.fromkeys(("pass_at_k",), "pass_at_k"),
     **dict.fromkeys(
@@ -46,7 +46,7 @@ _LAZY = {
         ),
         "classes",
     ),
-    **dict.fromkeys(("mmr", "mmr_from_similarity"), "mmr"),
+    **dict.fromkeys(("mmr",), "mmr"),
     **dict.fromkeys(
         (
             "batched_cosine",

@@ -4,8 +4,8 @@ Every public method function accepts one group ([G] rewards) or a batch ([B, G])
 optional boolean mask for ragged groups. `batch` brings all of that to the batched form and
 rejects bad input with an `InvalidInput` (a `ValueError`) naming the argument, so a direct
 Python caller never gets a wrong number. The engine has already checked its requests (once, in
-reweighter.engine.checks), so the catalogue's entries (methods/catalog.py) build their batches
-with `trusted`, which checks nothing.
+reweighter.engine.checks), so the catalogue's kernels (each method's `apply`) build their
+batches with `trusted`, which checks nothing.
 """
 
 from __future__ import annotations

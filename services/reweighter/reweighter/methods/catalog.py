@@ -73,7 +73,6 @@ class MethodSpec:
 
 
 _PARAMS = "reweighter.methods.params"
-_KERNELS = "reweighter.methods.kernels"
 
 CATALOG: dict[str, MethodSpec] = {
     spec.name: spec
@@ -83,14 +82,14 @@ CATALOG: dict[str, MethodSpec] = {
             "DRA-GRPO (arXiv 2505.09655): r_i / (sum_j s_ij + eps); a completion shares its "
             "reward with the siblings it resembles.",
             params=f"{_PARAMS}:DraParams",
-            kernel=f"{_KERNELS}:apply_dra",
+            kernel="reweighter.methods.dra:apply",
         ),
         MethodSpec(
             Method.MMR,
             "MMR-GRPO (arXiv 2601.09085): greedy maximal-marginal-relevance order; each pick's "
             "reward is lambda*r_i - (1-lambda)*max similarity to earlier picks.",
             params=f"{_PARAMS}:MmrParams",
-            kernel=f"{_KERNELS}:apply_mmr",
+            kernel="reweighter.methods.mmr:apply",
         ),
         MethodSpec(
             Method.DARLING,
@@ -114,7 +113,7 @@ CATALOG: dict[str, MethodSpec] = {
             Method.NONE,
             "Rewards unchanged (GRPO).",
             params=f"{_PARAMS}:NoneParams",
-            kernel=f"{_KERNELS}:apply_none",
+            kernel="reweighter.methods.none:apply",
             needs_similarity=False,
         ),
     )

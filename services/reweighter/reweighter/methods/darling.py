@@ -58,7 +58,7 @@ from reweighter.methods.context import MethodContext
 from reweighter.methods.params import DarlingParams, kernel_params
 
 
-def diversity(b: _checks.Batch, labels: torch.Tensor) -> torch.Tensor:
+def _diversity(b: _checks.Batch, labels: torch.Tensor) -> torch.Tensor:
     """d_i = (n - |c_i|) / (n - 1) per item ([B, G]; 1 for a group of one, 0 at masked items)."""
     same = same_class(labels)
     size = same.sum(-1).to(b.rewards.dtype)
@@ -69,7 +69,7 @@ def diversity(b: _checks.Batch, labels: torch.Tensor) -> torch.Tensor:
 
 def _darling(b: _checks.Batch, labels: torch.Tensor, floor: float,
              answered: torch.Tensor | None = None) -> torch.Tensor:
-    d = diversity(b, labels)
+    d = _diversity(b, labels)
     if answered is not None:  # no answer, no diversity credit (module docstring)
         d = d.masked_fill(~answered, 0.0)
     d = d.clamp_min(floor)
@@ -110,38 +110,35 @@ def _answered(x: object, b: _checks.Batch) -> torch.Tensor:
 
 def darling(
     rewards: torch.Tensor,
-    classes: torch.Tensor,
+    classes: torch.Tensor | None = None,
     *,
+    sim: torch.Tensor | None = None,
     mask: torch.Tensor | None = None,
     answered: torch.Tensor | None = None,
-    diversity_floor: float = 0.1,
-) -> torch.Tensor:
-    """Darling-reweighted rewards from class labels ([G] or [B, G] integers; items with equal
-    labels are one class); `answered` ([G] or [B, G] booleans, default all True): False where a
-    completion gave no answer, which then gets d = 0. See the module docstring."""
-    p = kernel_params(DarlingParams, diversity_floor=diversity_floor)
-    b = _checks.batch(rewards, mask)
-    ans = None if answered is None else _answered(answered, b)
-    return b.unbatch(_darling(b, _labels(classes, b), p.diversity_floor, ans))
-
-
-def darling_from_similarity(
-    rewards: torch.Tensor,
-    sim: torch.Tensor,
-    *,
-    mask: torch.Tensor | None = None,
     class_threshold: float | None = None,
     diversity_floor: float = 0.1,
 ) -> torch.Tensor:
-    """Darling with classes from cosine similarities ([G, G] or [B, G, G]): the connected
-    components of s_ij >= class_threshold (default: the calibrated CLASS_THRESHOLD)."""
+    """Darling-reweighted rewards, shaped like `rewards` ([G] or [B, G]); see the module
+    docstring. The classes: `classes`, labels ([G] or [B, G] integers; items with equal labels
+    are one class), or from cosine similarities `sim` ([G, G] or [B, G, G]): the connected
+    components of s_ij >= class_threshold (default: the calibrated CLASS_THRESHOLD); give one.
+    `answered` ([G] or [B, G] booleans, default all True): False where a completion gave no
+    answer, which then gets d = 0."""
     values = {"diversity_floor": diversity_floor}
     if class_threshold is not None:
         values["class_threshold"] = class_threshold
     p = kernel_params(DarlingParams, **values)
-    b, s = _checks.prepare(sim, rewards, mask, "similarity", 1)
-    labels = similarity_classes(s, b.mask, p.class_threshold)
-    return b.unbatch(_darling(b, labels, p.diversity_floor))
+    if (classes is None) == (sim is None):
+        both = ", not both" if sim is not None else ""
+        raise InvalidInput(f"give either classes or sim{both}", field="classes")
+    if classes is not None:
+        b = _checks.batch(rewards, mask)
+        labels = _labels(classes, b)
+    else:
+        b, s = _checks.prepare(sim, rewards, mask, "similarity", 1)
+        labels = similarity_classes(s, b.mask, p.class_threshold)
+    ans = None if answered is None else _answered(answered, b)
+    return b.unbatch(_darling(b, labels, p.diversity_floor, ans))
 
 
 def apply(

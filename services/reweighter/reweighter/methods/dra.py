@@ -20,7 +20,7 @@ import torch
 from reweighter.errors import InvalidInput
 from reweighter.methods import _checks
 from reweighter.methods.params import DraParams, kernel_params
-from reweighter.methods.similarity import _cosine
+from reweighter.methods.similarity import group_similarities
 
 
 def _dra(
@@ -60,29 +60,31 @@ def _dra(
     return b.unbatch(out)
 
 
-def dra_from_similarity(
-    rewards: torch.Tensor, sim: torch.Tensor, *, mask: torch.Tensor | None = None,
-    similarity_floor: float | None = 0.0, eps: float = 1e-6,
-) -> torch.Tensor:
-    """DRA on precomputed cosine similarities ([G, G] or [B, G, G]); see the module docstring.
-
-    The diagonal of `sim` is ignored (s_ii = 1). Masked items are left out of every sum and get 0.
-    Computed on `sim`'s device, in float32 (float64 if an input is float64).
-    """
-    p = kernel_params(DraParams, similarity_floor=similarity_floor, eps=eps)
-    b, s = _checks.prepare(sim, rewards, mask, "similarity", 1)
-    return _dra(b, s, p.similarity_floor, p.eps)
+def apply(
+    rewards: torch.Tensor, sim: torch.Tensor | None, mask: torch.Tensor | None, p: DraParams
+) -> tuple[torch.Tensor, None]:
+    """The catalogue's kernel: [B, G] rewards and [B, G, G] similarities the engine checked;
+    (new rewards [B, G], None: DRA has no λ)."""
+    if sim is None:
+        raise InvalidInput("method 'dra' needs the similarity matrix", field="similarity")
+    b = _checks.trusted(rewards.to(sim.device), mask)
+    s = sim.to(_checks.compute_dtype(sim, b.rewards))
+    return _dra(b, s, p.similarity_floor, p.eps, trusted=True), None
 
 
 def dra(
-    rewards: torch.Tensor, embeddings: torch.Tensor, *, mask: torch.Tensor | None = None,
+    rewards: torch.Tensor, embeddings: torch.Tensor | None = None, *,
+    sim: torch.Tensor | None = None, mask: torch.Tensor | None = None,
     similarity_floor: float | None = 0.0, eps: float = 1e-6,
 ) -> torch.Tensor:
     """DRA-reweighted rewards, same shape as `rewards` ([G] or [B, G]); see the module docstring.
 
-    `embeddings` is [G, D] or [B, G, D]; each group is reweighted on its own, never mixing groups
-    (both papers' released code mixes a process's groups; we do not).
+    Give `embeddings` ([G, D] or [B, G, D]) or precomputed cosine similarities `sim` ([G, G] or
+    [B, G, G]; the diagonal is ignored: s_ii = 1). Each group is reweighted on its own, never
+    mixing groups (both papers' released code mixes a process's groups; we do not). Masked
+    items are left out of every sum and get 0. Computed on the input's device, in float32
+    (float64 if an input is float64).
     """
     p = kernel_params(DraParams, similarity_floor=similarity_floor, eps=eps)
-    b, e = _checks.prepare(embeddings, rewards, mask, "embeddings", 0)
-    return _dra(b, _cosine(e, b.mask, b.squeeze), p.similarity_floor, p.eps, trusted=True)
+    b, s, given = group_similarities(rewards, embeddings, sim, mask)
+    return _dra(b, s, p.similarity_floor, p.eps, trusted=not given)

@@ -36,7 +36,7 @@ import torch
 from reweighter.errors import InvalidInput
 from reweighter.methods import _checks
 from reweighter.methods.params import MmrParams, kernel_params
-from reweighter.methods.similarity import _cosine
+from reweighter.methods.similarity import group_similarities
 
 Lambda = float | Literal["adaptive"]
 EqualRewards = Literal["keep", "diversify"]
@@ -44,11 +44,6 @@ EqualRewards = Literal["keep", "diversify"]
 TIE_TOL = 1e-5
 """Scores and similarity sums closer than this (relative above 1) are ties: float noise (the
 order of a sum changes with the members' order) never decides who goes first."""
-
-
-def _params(lam: object, equal_rewards: object) -> MmrParams:
-    """The public functions' keyword arguments, validated by MmrParams."""
-    return kernel_params(MmrParams, lam=lam, equal_rewards=equal_rewards)
 
 
 def _population_std(b: _checks.Batch) -> torch.Tensor:
@@ -156,32 +151,39 @@ def _share_among_copies(
     return out.index_copy(0, idx, shared)
 
 
-def mmr_from_similarity(
-    rewards: torch.Tensor, sim: torch.Tensor, *, mask: torch.Tensor | None = None,
-    lam: Lambda = "adaptive", equal_rewards: EqualRewards = "keep",
+def apply(
+    rewards: torch.Tensor, sim: torch.Tensor | None, mask: torch.Tensor | None, p: MmrParams
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """MMR on precomputed cosine similarities ([G, G] or [B, G, G]); see the module docstring.
-
-    Returns (reweighted rewards shaped like `rewards`, λ per group: [B], or a 0-d tensor for one
-    group; 1 for a group left as it is). Masked items are never selected and get 0.
-    """
-    p = _params(lam, equal_rewards)
-    b, s = _checks.prepare(sim, rewards, mask, "similarity", 1)
+    """The catalogue's kernel: [B, G] rewards and [B, G, G] similarities the engine checked;
+    (new rewards [B, G], λ per group [B])."""
+    if sim is None:
+        raise InvalidInput("method 'mmr' needs the similarity matrix", field="similarity")
+    b = _checks.trusted(rewards.to(sim.device), mask)
+    s = sim.to(_checks.compute_dtype(sim, b.rewards))
     if b.mask is not None:
         s = s.masked_fill(~(b.mask.unsqueeze(-1) & b.mask.unsqueeze(-2)), 0.0)
-    if not _checks.all_finite(s):
-        raise InvalidInput("NaN or inf among the similarities of valid items", field="similarity")
     return _mmr(b, s, p.fixed_lambda, p.equal_rewards)
 
 
 def mmr(
-    rewards: torch.Tensor, embeddings: torch.Tensor, *, mask: torch.Tensor | None = None,
+    rewards: torch.Tensor, embeddings: torch.Tensor | None = None, *,
+    sim: torch.Tensor | None = None, mask: torch.Tensor | None = None,
     lam: Lambda = "adaptive", equal_rewards: EqualRewards = "keep",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """MMR-reweighted rewards and the λ used per group; see the module docstring.
 
-    `embeddings` is [G, D] or [B, G, D]; each group is reweighted on its own, never mixing groups.
+    Give `embeddings` ([G, D] or [B, G, D]) or precomputed cosine similarities `sim` ([G, G] or
+    [B, G, G]). Each group is reweighted on its own, never mixing groups. Returns (reweighted
+    rewards shaped like `rewards`, λ per group: [B], or a 0-d tensor for one group; 1 for a
+    group left as it is). Masked items are never selected and get 0.
     """
-    p = _params(lam, equal_rewards)
-    b, e = _checks.prepare(embeddings, rewards, mask, "embeddings", 0)
-    return _mmr(b, _cosine(e, b.mask, b.squeeze), p.fixed_lambda, p.equal_rewards)
+    p = kernel_params(MmrParams, lam=lam, equal_rewards=equal_rewards)
+    b, s, given = group_similarities(rewards, embeddings, sim, mask)
+    if given:
+        if b.mask is not None:
+            s = s.masked_fill(~(b.mask.unsqueeze(-1) & b.mask.unsqueeze(-2)), 0.0)
+        if not _checks.all_finite(s):
+            raise InvalidInput(
+                "NaN or inf among the similarities of valid items", field="similarity"
+            )
+    return _mmr(b, s, p.fixed_lambda, p.equal_rewards)

@@ -113,7 +113,7 @@ def kernel_params(model: type[P], **values: Any) -> P:
 CLASS_THRESHOLD = 0.92
 """Default cosine similarity at which two completions are one answer class (when a group has
 no `answers`). Calibrated on the pickone experiment's logged groups: docs/methods.md, "Answer
-classes", and bench/calibrate_classes.py."""
+classes", and bench/tools/calibrate_classes.py."""
 
 
 class DarlingParams(BaseModel):

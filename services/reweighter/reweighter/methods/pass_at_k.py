@@ -39,10 +39,12 @@ def _log_comb(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.where(ok, lc, torch.full_like(lc, -torch.inf))
 
 
-def batched_pass_at_k(b: _checks.Batch, k: int, success_threshold: float) -> torch.Tensor:
-    """[B, G] pass@k advantages on a checked (or trusted) Batch; k <= every group's size."""
+def apply(b: _checks.Batch, params: PassAtKParams) -> torch.Tensor:
+    """The catalogue's kernel (estimators.py): pass@k advantages shaped like the Batch's
+    rewards, on a checked (or trusted) Batch; `params.k` <= every group's size."""
     r = b.rewards
-    success = r >= success_threshold
+    k = params.k
+    success = r >= params.success_threshold
     if b.mask is not None:
         success &= b.mask
     n = b.counts().to(torch.float64)
@@ -57,12 +59,7 @@ def batched_pass_at_k(b: _checks.Batch, k: int, success_threshold: float) -> tor
     a_pos = torch.where(ok, (1.0 - rho) / sigma, torch.zeros_like(rho))
     a_neg = torch.where(ok, (1.0 - rho - fail_term) / sigma, torch.zeros_like(rho))
     out = torch.where(success, a_pos.unsqueeze(-1), a_neg.unsqueeze(-1)).to(r.dtype)
-    return out if b.mask is None else out.masked_fill(~b.mask, 0.0)
-
-
-def apply(b: _checks.Batch, params: PassAtKParams) -> torch.Tensor:
-    """The catalogue's kernel (estimators.py): k and success_threshold from `params`."""
-    return b.unbatch(batched_pass_at_k(b, params.k, params.success_threshold))
+    return b.unbatch(out if b.mask is None else out.masked_fill(~b.mask, 0.0))
 
 
 def pass_at_k(
@@ -81,4 +78,4 @@ def pass_at_k(
     smallest = int(b.counts().amin())
     if p.k > smallest:
         raise InvalidInput(f"k = {p.k} exceeds a group of {smallest} completions", field="k")
-    return b.unbatch(batched_pass_at_k(b, p.k, p.success_threshold))
+    return apply(b, p)

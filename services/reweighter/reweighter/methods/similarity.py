@@ -117,3 +117,20 @@ def batched_cosine(embeddings: torch.Tensor, mask: torch.Tensor | None) -> torch
     """[B, G, D] -> [B, G, G] on trusted input (the engine checked every vector: finite,
     non-zero); see cosine_similarity."""
     return _cosine(embeddings, mask, False)
+
+
+def group_similarities(
+    rewards: object, embeddings: object, sim: object, mask: object
+) -> tuple[_checks.Batch, torch.Tensor, bool]:
+    """A public method's input, checked: rewards (+ mask) as a Batch and the groups' [B, G, G]
+    similarities, from `embeddings` ([G, D] / [B, G, D]: cosine, finite by construction) or
+    given as `sim` ([G, G] / [B, G, G]); exactly one of the two. The flag: whether they were
+    given (then the method checks what it reads of them)."""
+    if (embeddings is None) == (sim is None):
+        both = ", not both" if sim is not None else ""
+        raise InvalidInput(f"give either embeddings or sim{both}", field="embeddings")
+    if embeddings is not None:
+        b, e = _checks.prepare(embeddings, rewards, mask, "embeddings", 0)
+        return b, _cosine(e, b.mask, b.squeeze), False
+    b, s = _checks.prepare(sim, rewards, mask, "similarity", 1)
+    return b, s, True
