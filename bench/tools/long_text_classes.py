@@ -6,7 +6,7 @@ become the default only if it finds the same answer classes as `chunk_mean` on l
 completions. This script produces those completions and scores every policy.
 
 Rule, stated before the data (issue 36 item 3): pair F1 against the true answer classes, as in
-bench/calibrate_classes.py, at the service's calibrated class threshold (CLASS_THRESHOLD, 0.92);
+bench/tools/calibrate_classes.py, at the service's calibrated threshold (CLASS_THRESHOLD, 0.92);
 `spread` (K = long_text_windows = 4) may become the default when F1(spread) >= F1(chunk_mean) -
 0.02 (point estimate); else `chunk_mean` stays. The paired bootstrap interval of the difference
 (groups resampled, 2,000 draws, seed 0) is reported beside it; when its lower end is below
@@ -29,8 +29,8 @@ calibrate_classes' thresholds is reported per policy too (descriptive, not the r
    the bootstrap; results.json holds the similarities (rounded to 1e-6) so that a test
    recomputes every figure without the encoder.
 
-    nice .venv/bin/python bench/long_text_classes.py generate --out experiments/long-text-classes
-    nice .venv/bin/python bench/long_text_classes.py score --out experiments/long-text-classes
+    nice .venv/bin/python bench/tools/long_text_classes.py generate  # experiments/long-text-classes
+    nice .venv/bin/python bench/tools/long_text_classes.py score
 """
 
 from __future__ import annotations
