@@ -13,7 +13,7 @@ bench/tools/calibrate_classes.py, at the service's calibrated threshold (CLASS_T
 -0.02 the choice is stated as not excluded by the data, not as shown. The best F1 over
 calibrate_classes' thresholds is reported per policy too (descriptive, not the rule).
 
-Amendment (2026-11-27 05:20 UTC, after the first batch's completions, before any scoring and
+Amendment (2026-11-27 05:15 UTC, after the first batch's completions, before any scoring and
 before any further data): the first batch (prompts 0-3, two-step wordmath, 32 completions of
 1,296-1,536 policy tokens, 12 answers forced) names answers so scattered (2 same-answer pairs of
 112) that pair F1 can barely tell policies apart. The next batch uses one-step `wordadd`
