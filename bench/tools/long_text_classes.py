@@ -191,20 +191,29 @@ def labels_of(groups: Sequence[Sequence[dict[str, Any]]]) -> list[list[int]]:
     return [answer_labels([extract_final_number(r["completion"]) for r in g]) for g in groups]
 
 
-def pair_counts(sims: Sequence[Sequence[Sequence[float]]], labels: Sequence[Sequence[int]],
-                threshold: float) -> list[tuple[int, int, int]]:
-    """Per group: (true positives, predicted same, truly same) over pairs i < j, with the
-    service's own class rule (connected components of cosine >= threshold)."""
+def same_pairs(sims: Sequence[Sequence[Sequence[float]]], threshold: float):
+    """[B, G, G] bool: pairs i < j the service's class rule joins (connected components of
+    cosine >= threshold, reweighter.methods.similarity_classes, the code the service runs)."""
     import torch
 
     from reweighter.methods import similarity_classes
 
     sim = torch.tensor(sims, dtype=torch.float64)
-    true = torch.tensor(labels)
     g = sim.shape[-1]
     upper = torch.ones(g, g, dtype=torch.bool).triu(1)
     pred = similarity_classes(sim, None, threshold)
-    pred_same = (pred.unsqueeze(-1) == pred.unsqueeze(-2)) & upper
+    return (pred.unsqueeze(-1) == pred.unsqueeze(-2)) & upper
+
+
+def pair_counts(sims: Sequence[Sequence[Sequence[float]]], labels: Sequence[Sequence[int]],
+                threshold: float) -> list[tuple[int, int, int]]:
+    """Per group: (true positives, predicted same, truly same) over pairs i < j."""
+    import torch
+
+    true = torch.tensor(labels)
+    g = true.shape[-1]
+    upper = torch.ones(g, g, dtype=torch.bool).triu(1)
+    pred_same = same_pairs(sims, threshold)
     true_same = (true.unsqueeze(-1) == true.unsqueeze(-2)) & upper
     tp = (pred_same & true_same).sum((-1, -2))
     return list(zip(tp.tolist(), pred_same.sum((-1, -2)).tolist(),
@@ -236,8 +245,23 @@ def summarise(sims: dict[str, list], labels: list[list[int]], threshold: float) 
         return [round(xs[int(0.025 * len(xs))], 4), round(xs[int(0.975 * len(xs)) - 1], 4)]
 
     ref = draws["chunk_mean"]
+    g = len(labels[0])
+    n_pairs = n * g * (g - 1) // 2
+    ref_same = same_pairs(sims["chunk_mean"], threshold)
     per_policy = {}
+    upper = [(i, j) for i in range(g) for j in range(i + 1, g)]
+
+    def offdiag(m) -> list[float]:
+        return [m[i][j] for i, j in upper]
+
+    ref_sims = [x for m in sims["chunk_mean"] for x in offdiag(m)]
+    joined = int(ref_same.sum())
+    joined_by_threshold = {f"{t:.2f}": int(same_pairs(sims["chunk_mean"], t).sum())
+                           for t in THRESHOLDS}
     for p in sims:
+        agree = n_pairs - int((same_pairs(sims[p], threshold) ^ ref_same).sum())
+        gaps = [abs(a - b) for a, b in
+                zip([x for m in sims[p] for x in offdiag(m)], ref_sims, strict=True)]
         sweep = {f"{t:.2f}": round(f1(pair_counts(sims[p], labels, t)), 4) for t in THRESHOLDS}
         best_t = max(sweep, key=lambda k: (sweep[k], k))
         per_policy[p] = {
@@ -248,6 +272,13 @@ def summarise(sims: dict[str, list], labels: list[list[int]], threshold: float) 
             "f1_by_threshold": sweep,
             "best_f1": sweep[best_t],
             "best_threshold": float(best_t),
+            "same_class_as_chunk_mean": round(agree / n_pairs, 4),
+            # the pairs it decides otherwise than chunk_mean, per threshold (descriptive)
+            "pairs_decided_unlike_chunk_mean": {
+                f"{t:.2f}": int((same_pairs(sims[p], t) ^ same_pairs(sims["chunk_mean"], t)).sum())
+                for t in THRESHOLDS},
+            "similarity_minus_chunk_mean_abs": {"mean": round(sum(gaps) / len(gaps), 4),
+                                                "max": round(max(gaps), 4)},
         }
     diff = per_policy["spread4"]["minus_chunk_mean"]
     low = per_policy["spread4"]["minus_chunk_mean_ci95"][0]
@@ -261,6 +292,11 @@ def summarise(sims: dict[str, list], labels: list[list[int]], threshold: float) 
             "ci95_low": low,
             "spread_default": diff >= -RULE_MARGIN,
             "shown": low >= -RULE_MARGIN,
+            # F1 says something only when the threshold joins some pair and some pairs truly
+            # share an answer; else every policy scores 0 and the rule holds vacuously
+            "pairs_chunk_mean_joins": joined,
+            "pairs_chunk_mean_joins_by_threshold": joined_by_threshold,
+            "f1_informative": joined > 0 and sum(c[2] for c in counts["chunk_mean"]) > 0,
         },
     }
 
@@ -280,6 +316,7 @@ def score(args: argparse.Namespace) -> None:
     base = SentenceTransformerEncoder(None, device="cpu", compile="off")
     pieces = [len(x) for x in base._token_ids(texts)]
     windows = {}
+    vectors: dict[str, Any] = {}
     sims: dict[str, list] = {}
     seconds = {}
     for name, kw in POLICIES.items():
@@ -288,18 +325,22 @@ def score(args: argparse.Namespace) -> None:
         vecs = np.asarray(enc.encode(texts))
         seconds[name] = round(time.monotonic() - t0, 1)
         windows[name] = sum(len(enc._windows(ids)) for ids in base._token_ids(texts))
-        enc.close()
+        vectors[name] = vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
         v = torch.from_numpy(vecs).reshape(len(groups), GROUP, -1)
         sims[name] = [[[round(float(x), 6) for x in row] for row in m]
                       for m in cosine_similarity(v).tolist()]
         print(f"{name}: {seconds[name]} s, {windows[name]} windows", flush=True)
-    base.close()
+    to_chunk = {p: [round(float(x), 6) for x in (vectors[p] * vectors["chunk_mean"]).sum(1)]
+                for p in POLICIES}
     result = summarise(sims, labels, CLASS_THRESHOLD)
     true_classes = [len(set(lab)) for lab in labels]
     rows = [r for g in groups for r in g]
     result.update({
         "data": {
             "groups": len(groups), "group_size": GROUP, "completions": len(texts),
+            "groups_by_task": {
+                "wordmath": sum(g[0]["prompt_index"] < WORDADD_BASE for g in groups),
+                "wordadd": sum(g[0]["prompt_index"] >= WORDADD_BASE for g in groups)},
             "pairs": len(groups) * GROUP * (GROUP - 1) // 2,
             "truly_same_pairs": sum(c[2] for c in pair_counts(sims["head"], labels, 0.0)),
             "true_classes_mean": round(sum(true_classes) / len(true_classes), 3),
@@ -313,8 +354,11 @@ def score(args: argparse.Namespace) -> None:
         "encode_seconds_cpu": seconds,
         "machine": {"cpu": platform.processor() or platform.machine(),
                     "cores": os.cpu_count(), "load": os.getloadavg()[0]},
+        "vector_cosine_to_chunk_mean": {
+            p: {"mean": round(sum(c) / len(c), 4), "min": min(c)} for p, c in to_chunk.items()},
         "labels": labels,
         "similarities": sims,
+        "vector_cosines_to_chunk_mean": to_chunk,
     })
     (args.out / RESULTS).write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps({k: v for k, v in result.items() if k not in ("labels", "similarities")},
