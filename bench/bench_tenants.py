@@ -5,11 +5,14 @@ tenants file of two tenants (light, flood) by default, or with `--open` as a ser
 tenants (what main did before issue 38: both jobs are one to it). The light job sends one group
 of 8 short fresh completions at a time (/v1/reweight, dra) and measures each request's latency;
 the flood job keeps `--flood` requests of 32 fresh ~100-word completions in flight. Prints a
-markdown row per phase (alone, under flood) with p50/p95 and the load average, which matters
+markdown row per phase (light alone; the flood alone; the light job under the flood) with the
+light job's p50/p95, the flood's throughput (texts the encoder ran per second, from the
+server's metrics, the light job's own texts taken out) and the load average, which matters
 here: the machine is shared with other agents.
 
     .venv/bin/python bench/bench_tenants.py              # tenants file (after)
     .venv/bin/python bench/bench_tenants.py --open       # no tenants (before: main's service)
+    .venv/bin/python bench/bench_tenants.py --threads 1  # torch on one thread (a shared machine)
 """
 
 from __future__ import annotations
@@ -88,7 +91,23 @@ def q(values: list[float], p: float) -> float:
     return s[min(len(s) - 1, round(p * (len(s) - 1)))]
 
 
-async def run(url: str, keys: dict[str, str | None], n: int, concurrency: int) -> list[dict]:
+def encoded(url: str) -> float:
+    """Pieces the server's encoder has run so far (`reweighter_encoder_batch_size_sum`: counted
+    per forward pass, so a window's difference is smooth, unlike whole requests)."""
+    import httpx
+
+    for line in httpx.get(f"{url}/metrics", timeout=30).text.splitlines():
+        if line.startswith("reweighter_encoder_batch_size_sum"):
+            return float(line.split()[1])
+    raise RuntimeError("reweighter_encoder_batch_size_sum not exported")
+
+
+async def run(
+    url: str, keys: dict[str, str | None], n: int, concurrency: int, alone_s: float
+) -> list[dict]:
+    """Light alone; then the flood starts: the flood alone for `alone_s` seconds (its
+    throughput as the only tenant), then the light job beside it (the light job's latency and
+    the flood's throughput meanwhile)."""
     rows = []
     load = os.getloadavg()[0]
     alone = await light(url, keys["light"], n)
@@ -97,13 +116,22 @@ async def run(url: str, keys: dict[str, str | None], n: int, concurrency: int) -
     stop = asyncio.Event()
     flooding = asyncio.create_task(flood(url, keys["flood"], concurrency, stop))
     await asyncio.sleep(3.0)  # the flood's queue builds up
-    load = os.getloadavg()[0]
+    if alone_s > 0:
+        load, before, t0 = os.getloadavg()[0], await asyncio.to_thread(encoded, url), time.time()
+        await asyncio.sleep(alone_s)
+        after, t1 = await asyncio.to_thread(encoded, url), time.time()
+        rows.append({"phase": f"flood x{concurrency} alone", "flood_texts_s":
+                     (after - before) / (t1 - t0), "load1": load})  # fmt: skip
+    load, before, t0 = os.getloadavg()[0], await asyncio.to_thread(encoded, url), time.time()
     under = await light(url, keys["light"], n)
+    after, t1 = await asyncio.to_thread(encoded, url), time.time()
     stop.set()
     served = await flooding
+    light_texts = 8 * (n + 1)  # its requests (and the one that warms the connection)
     rows.append({"phase": f"flood x{concurrency}", "p50": statistics.median(under),
-                 "p95": q(under, 0.95), "n": n, "load1": load,
-                 "flood_requests": served})  # fmt: skip
+                 "p95": q(under, 0.95), "n": n, "load1": load, "flood_requests": served,
+                 "flood_texts_s": (after - before - light_texts) / (t1 - t0),
+                 "latencies": under})  # fmt: skip
     return rows
 
 
@@ -112,6 +140,12 @@ def main() -> None:
     ap.add_argument("--open", action="store_true", help="no tenants file (main before 38)")
     ap.add_argument("--n", type=int, default=40, help="light requests per phase")
     ap.add_argument("--flood", type=int, default=12, help="flood requests in flight")
+    ap.add_argument("--alone-s", type=float, default=15.0,
+                    help="seconds the flood's throughput is measured alone (0: not)")  # fmt: skip
+    ap.add_argument("--threads", type=int, default=None,
+                    help="OMP_NUM_THREADS / MKL_NUM_THREADS for the service (default: torch's, "
+                    "every core): on a machine whose cores other work shares, the cores the "
+                    "service really gets")  # fmt: skip
     ap.add_argument("--json", type=Path, default=None, help="also write the rows here")
     ap.add_argument("--metrics", action="store_true", help="print the server's time sums")
     args = ap.parse_args()
@@ -125,8 +159,10 @@ def main() -> None:
         ]}))  # fmt: skip
         flags = ["--tenants", str(path)]
         keys = dict(KEYS)
+    if args.threads:  # the serve child inherits them
+        os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(args.threads)
     with serve(*flags) as served:
-        rows = asyncio.run(run(served.url, keys, args.n, args.flood))
+        rows = asyncio.run(run(served.url, keys, args.n, args.flood, args.alone_s))
         if args.metrics:
             import httpx
 
@@ -142,11 +178,14 @@ def main() -> None:
                                     "reweighter_encoder_batch_size_count")):  # fmt: skip
                     print(line)
     label = "open (no tenants)" if args.open else "tenants file"
-    print("| service | phase | light p50 s | light p95 s | n | load avg (1 min) |")
-    print("|---|---|---|---|---|---|")
+    if args.threads:
+        label += f", {args.threads} thread(s)"
+    print("| service | phase | light p50 s | light p95 s | n | flood texts/s | load avg (1 min) |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {label} | {r['phase']} | {r['p50']:.3f} | {r['p95']:.3f} | {r['n']} | "
-              f"{r['load1']:.2f} |")  # fmt: skip
+        lat = f"{r['p50']:.3f} | {r['p95']:.3f} | {r['n']}" if "p50" in r else "- | - | -"
+        tput = f"{r['flood_texts_s']:.1f}" if "flood_texts_s" in r else "-"
+        print(f"| {label} | {r['phase']} | {lat} | {tput} | {r['load1']:.2f} |")
     if args.json:
         args.json.write_text(json.dumps({"service": label, "rows": rows}, indent=1))
 

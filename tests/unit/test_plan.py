@@ -12,7 +12,15 @@ from dataclasses import dataclass, field
 import pytest
 
 from reweighter.embedding.base import Budget, Piece
-from reweighter.embedding.plan import Range, RoundBudget, Slice, plan
+from reweighter.embedding.plan import (
+    LINGER_ROUNDS,
+    Range,
+    RoundBudget,
+    Slice,
+    plan,
+    round_budget,
+    tenants_around,
+)
 
 
 @dataclass(eq=False)
@@ -218,3 +226,55 @@ def test_a_light_tenant_served_whole_gets_a_short_round() -> None:
     got = plan([*flood, light], budget(120, slice_tokens=30), {"flood": 5.0, "light": 5.0})
     assert tokens_of(got) == {"light": 20, "flood": 40}
     assert got[0].request is light
+
+
+# -- the round in progress: smaller rounds while several tenants are around ------------------
+
+
+def test_tenants_around_counts_work_now_and_in_the_last_rounds() -> None:
+    """Round 10 is next. a has a request now (10), b had one in round 8 (2 rounds ago: still
+    around with the default linger of 2), c in round 7 (3 ago: gone)."""
+    last = {"a": 10, "b": 8, "c": 7}
+    assert LINGER_ROUNDS == 2
+    assert tenants_around(last, 10) == 2
+    assert tenants_around(last, 10, linger=3) == 3
+    assert tenants_around(last, 10, linger=0) == 1
+    assert tenants_around({}, 1) == 0
+
+
+def test_round_budget_is_one_slice_while_several_tenants_are_around() -> None:
+    """2,048 tokens, slice 512: one tenant (or none) keeps 2,048; two, three or ten get one
+    slice, 512. Rows are left alone; a budget smaller than a slice is never raised."""
+    full = budget(2048, rows=64, slice_tokens=512)
+    assert round_budget(full, 0) == full and round_budget(full, 1) == full
+    assert round_budget(full, 2) == budget(512, rows=64, slice_tokens=512)
+    assert round_budget(full, 3) == round_budget(full, 10) == round_budget(full, 2)
+    small = budget(300, rows=8, slice_tokens=512)
+    assert round_budget(small, 4) == small
+
+
+def test_the_flood_beside_a_tenant_around_runs_one_slice_rounds() -> None:
+    """The flood alone (8 requests of 10-token pieces), round budget 120: 12 rows. With the
+    light tenant around but nothing pending (its request just answered), the round is planned
+    with round_budget(.., 2): one slice, 30 tokens, 3 rows; the rule inside a round is
+    unchanged."""
+    flood = [TReq([J([10] * 8)], seq=i, tenant="flood", turn=1) for i in range(1, 9)]
+    full = budget(120, slice_tokens=30)
+    assert sum(tokens_of(plan(flood, full)).values()) == 120
+    assert tokens_of(plan(flood, round_budget(full, 2))) == {"flood": 30}
+
+
+def test_a_light_request_is_whole_in_a_one_slice_round() -> None:
+    """The light tenant's request (3 pieces of 10 = its slice, 30) anchors the one-slice round
+    whole: the round is full with it and the flood adds nothing. A light request of 2 pieces
+    leaves one row (30 tokens hold 3 rows of 10): the flood's part of equal weight (20, no
+    padding) is cut to that row by the round's room."""
+    flood = [TReq([J([10] * 8)], seq=i, tenant="flood", turn=1) for i in range(1, 9)]
+    shares = {"flood": 5.0, "light": 5.0 - 1e-9}
+    one = round_budget(budget(120, slice_tokens=30), 2)
+    light = TReq([J([10]), J([10]), J([10])], seq=9, tenant="light")
+    got = plan([*flood, light], one, shares)
+    assert got[0].request is light and tokens_of(got) == {"light": 30}
+    light = TReq([J([10]), J([10])], seq=9, tenant="light")
+    got = plan([*flood, light], one, shares)
+    assert got[0].request is light and tokens_of(got) == {"light": 20, "flood": 10}

@@ -31,7 +31,15 @@ import numpy as np
 
 from reweighter.embedding.base import Budget, Encoder, Piece
 from reweighter.embedding.jobs import Abandon, Job, Message, NewRequest, Request, Split
-from reweighter.embedding.plan import Range, RoundBudget, Slice, plan
+from reweighter.embedding.plan import (
+    LINGER_ROUNDS,
+    Range,
+    RoundBudget,
+    Slice,
+    plan,
+    round_budget,
+    tenants_around,
+)
 from reweighter.errors import DeadlineExceeded, NotReady, Overloaded
 from reweighter.tenancy import Tenant, current, current_deadline
 from reweighter.timings import current as current_timings
@@ -93,10 +101,12 @@ class DynamicBatcher:
         # the forward itself (this thread's share). Subtracted from the process's CPU, it
         # leaves the host path (bench/bench_host_path.py); exported as a counter.
         self.forward_cpu_s = 0.0
-        # The worker's own: the requests in rotation, the round counter, tenants' virtual time.
+        # The worker's own: the requests in rotation, the round counter, tenants' virtual time,
+        # the last round each tenant had a live request in (who is around: plan.round_budget).
         self._active: list[Request] = []
         self._round = 0
         self._vtime: dict[str, float] = {}
+        self._last_live: dict[str, int] = {}
 
     @property
     def pending(self) -> int:
@@ -251,10 +261,9 @@ class DynamicBatcher:
             self._drop_unwanted()
             self._active = [r for r in self._active if r.live]  # drop finished requests
             shares = self._shares()
+            budget = self._round_budget()
             planned = (
-                plan(self._active, self.budget)
-                if shares is None
-                else plan(self._active, self.budget, shares)
+                plan(self._active, budget) if shares is None else plan(self._active, budget, shares)
             )
             round_ = cast(Round, planned)
             if round_:
@@ -278,6 +287,16 @@ class DynamicBatcher:
             if why is not None:
                 self.dropped += 1
                 self._finish_request(r, DeadlineExceeded(f"dropped: {why}"))
+
+    def _round_budget(self) -> RoundBudget:
+        """The next round's bound: smaller while several tenants are around (plan.round_budget),
+        so that a light job's request waits for a smaller round in progress."""
+        upcoming = self._round + 1
+        for r in self._active:
+            self._last_live[r.tenant] = upcoming
+        for t in [t for t, last in self._last_live.items() if upcoming - last > LINGER_ROUNDS]:
+            del self._last_live[t]
+        return round_budget(self.budget, tenants_around(self._last_live, upcoming))
 
     def _shares(self) -> dict[str, float] | None:
         """Active tenants' virtual times (tokens served / weight), for the policy; None with one

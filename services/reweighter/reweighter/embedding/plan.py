@@ -26,6 +26,16 @@ request), the others add only their weighted part relative to what it takes and 
 ends: short, so the light job waits for the round in progress and one short round, however
 many requests another tenant floods in. Two backlogged tenants' tokens split by weight. With
 one tenant (every single-key or open service) the rule is exactly the one above.
+
+The round in progress. A request that arrives waits for the round being computed (a round is
+one forward pass on CPU: it cannot be cut), so while several tenants are around a round is one
+slice (`round_budget`: `slice_tokens`, the size in which a small request is served whole), and
+a light job's request waits for one slice of another job's work, not four. "Around" is
+`tenants_around`: a tenant with work now, or with work in the last `LINGER_ROUNDS` rounds,
+since a job's next request comes a moment after its last answer, while the round planned at
+that answer is already running. The cost is the flood's: more, smaller passes, paid only while
+another tenant is around (measured within the noise on CPU, BENCHMARKS.md); a service with one
+tenant never pays it.
 """
 
 from __future__ import annotations
@@ -113,6 +123,33 @@ class Slice(Generic[R, J]):
 
     request: R
     ranges: tuple[Range[J], ...]
+
+
+LINGER_ROUNDS = 2
+"""Rounds a tenant still counts as around after its last request was live (see the module)."""
+
+
+def tenants_around(last_live: Mapping[str, int], round_: int, linger: int = LINGER_ROUNDS) -> int:
+    """How many tenants are around for round `round_` (rounds are numbered by the worker):
+    those whose requests were live at most `linger` rounds before it. `last_live`: tenant ->
+    the last round it had a live request in (`round_` itself when it has one now)."""
+    return sum(1 for last in last_live.values() if round_ - last <= linger)
+
+
+def round_budget(budget: RoundBudget, tenants: int) -> RoundBudget:
+    """The bound of the next round with `tenants` tenants around: `budget` itself for one (or
+    none); for two or more, one slice of padded tokens (never above the budget), whatever
+    their number. Why: a request waits for the round in progress, which nothing can cut
+    short; one-slice rounds while several jobs share the encoder bound that wait by one slice
+    of work (a small request still fits whole in the round it anchors), and a job alone keeps
+    its full rounds. Measured on CPU (2 cores shared, load 4-6; BENCHMARKS.md, "Tenants:
+    the round in progress"): between the machine's load bursts a light job's request under a
+    flood took 0.14-0.17 s with one-slice rounds, 0.25-0.29 s with half rounds, 0.5-2 s with
+    full ones, the flood's throughput within the noise."""
+    if tenants < 2:
+        return budget
+    tokens = min(budget.batch.tokens, budget.slice_tokens)
+    return RoundBudget(Budget(tokens, budget.batch.rows), budget.slice_tokens)
 
 
 def schedulable(job: PendingJob, at: int | None = None) -> bool:
