@@ -85,7 +85,9 @@ class Settings(BaseSettings):
         "it anchors; a round holds 4 x slice_tokens padded tokens, 5 x when it takes a left-over "
         "tail, run by the encoder as passes within max_batch_tokens and max_batch_size (one per "
         "round with the CPU defaults, 8 or more with the GPU's) (fairness: a huge request "
-        "advances between others); unset = a per-device default (docs/embedding.md)",
+        "advances between others); while two or more tenants have work, a round holds one "
+        "slice (a small request waits for at most one slice of another's work); unset = a "
+        "per-device default (docs/embedding.md)",
     )
 
     @field_validator("compile", mode="before")

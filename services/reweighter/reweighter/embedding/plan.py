@@ -144,8 +144,8 @@ def round_budget(budget: RoundBudget, tenants: int) -> RoundBudget:
     of work (a small request still fits whole in the round it anchors), and a job alone keeps
     its full rounds. Measured on CPU (2 cores shared, load 4-6; BENCHMARKS.md, "Tenants:
     the round in progress"): between the machine's load bursts a light job's request under a
-    flood took 0.14-0.17 s with one-slice rounds, 0.25-0.29 s with half rounds, 0.5-2 s with
-    full ones, the flood's throughput within the noise."""
+    flood took 0.13-0.22 s with one-slice rounds, 0.25-0.29 s with half rounds, mostly
+    0.7-1.7 s with full ones, the flood's throughput within the noise."""
     if tenants < 2:
         return budget
     tokens = min(budget.batch.tokens, budget.slice_tokens)
