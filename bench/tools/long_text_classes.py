@@ -110,7 +110,7 @@ def generate(args: argparse.Namespace) -> None:
     path = smollm2_path()
     tok = AutoTokenizer.from_pretrained(path)
     tok.padding_side = "left"
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval().to(args.device)
     stop = sorted({tok.eos_token_id, *tok.convert_tokens_to_ids(["<|im_start|>", "<|endoftext|>"])})
     out = args.out / COMPLETIONS
     done = set()
@@ -130,7 +130,7 @@ def generate(args: argparse.Namespace) -> None:
                                     add_generation_prompt=True)
             for _, p in chunk for _ in range(GROUP)
         ]
-        enc = tok(texts, return_tensors="pt", padding=True)
+        enc = tok(texts, return_tensors="pt", padding=True).to(args.device)
         torch.manual_seed(SEED * 1000 + chunk[0][0])
         t0 = time.monotonic()
         with torch.inference_mode():
@@ -147,7 +147,7 @@ def generate(args: argparse.Namespace) -> None:
         forced = [k for k, (t, _) in enumerate(comps) if extract_final_number(t) is None]
         if forced:  # budget forcing: end the unanswered ones with an answer line
             ends = [texts[k] + comps[k][0] + "\nAnswer:" for k in forced]
-            fenc = tok(ends, return_tensors="pt", padding=True)
+            fenc = tok(ends, return_tensors="pt", padding=True).to(args.device)
             with torch.inference_mode():
                 fg = model.generate(**fenc, do_sample=False, max_new_tokens=6,
                                     eos_token_id=stop, pad_token_id=tok.pad_token_id)
@@ -382,6 +382,7 @@ def main() -> None:
     g.add_argument("--max-new", type=int, default=1536)
     g.add_argument("--budget-s", type=float, default=2400, help="no new batch after this")
     g.add_argument("--threads", type=int, default=1)
+    g.add_argument("--device", default="cpu", help="where the policy generates (cuda on a GPU)")
     s = sub.add_parser("score")
     s.add_argument("--threads", type=int, default=1)
     for p in (g, s):
