@@ -34,8 +34,10 @@ class Settings(BaseSettings):
     )
     device: str = Field("auto", description="'auto' (CUDA when present, else CPU), 'cpu', 'cuda:0'")
     long_text: LongTextPolicy = Field(
-        LongTextPolicy.CHUNK_MEAN,
-        description="how texts longer than the encoder window are embedded",
+        LongTextPolicy.SPREAD,
+        description="how texts longer than the encoder window are embedded: 'spread' (head, tail "
+        "and evenly spaced windows, at most long_text_windows: a bounded cost; chosen by the "
+        "class-agreement check, docs/embedding.md), 'chunk_mean' (every window), 'head', 'tail'",
     )
     long_text_windows: int = Field(
         4,
