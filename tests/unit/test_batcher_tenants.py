@@ -15,6 +15,7 @@ import numpy as np
 
 from reweighter.embedding.base import Encoder, Piece
 from reweighter.embedding.batcher import DynamicBatcher
+from reweighter.embedding.plan import LINGER_ROUNDS
 
 
 class Gated(Encoder):
@@ -49,14 +50,14 @@ async def wait_for(cond, timeout: float = 30.0) -> None:  # noqa: ANN001 - a pre
         await asyncio.sleep(0.005)
 
 
-async def rounds_with(light_tenant: str) -> list[list[str]]:
+async def rounds_with(light_tenant: str, n_flood: int = 40) -> list[list[str]]:
     """A flood of 40 texts (tenant flood) is held in its first round; a light request of 2
     texts (of `light_tenant`) queues meanwhile; then everything runs. Round: 80 tokens (8
     rows), slice 20."""
     enc = Gated()
     b = DynamicBatcher(enc, slice_tokens=20, round_tokens=80)
     try:
-        flood = asyncio.create_task(b.submit(texts("flood", 40), tenant="flood"))
+        flood = asyncio.create_task(b.submit(texts("flood", n_flood), tenant="flood"))
         await wait_for(enc.entered.is_set)
         light = asyncio.create_task(b.submit(texts("light", 2), tenant=light_tenant))
         await wait_for(lambda: b.pending == 2 and b.preparing == 0)
@@ -74,12 +75,13 @@ def count(rounds: list[list[str]], tag: str) -> list[int]:
 
 async def test_rounds_are_one_slice_while_another_tenant_is_around() -> None:
     """Round 1 (held): 8 flood texts, the flood alone. Round 2: the light request anchors a
-    one-slice round (20 tokens) and fills it: 2 light texts. Rounds 3 and 4: the light request
-    is answered but its tenant is still around (LINGER_ROUNDS = 2): one slice, 2 flood texts
-    each. Round 5 on: full rounds of 8 again; the last 4 alone (12 x 10 > the tail's 100)."""
-    rounds = await rounds_with("light")
-    assert count(rounds, "light") == [0, 2, 0, 0, 0, 0, 0, 0]
-    assert count(rounds, "flood") == [8, 0, 2, 2, 8, 8, 8, 4]
+    one-slice round (20 tokens) and fills it: 2 light texts. Rounds 3 to 2 + LINGER_ROUNDS: the
+    light request is answered but its tenant is still around: one slice, 2 flood texts each.
+    Then full rounds of 8 again; the last 4 alone (12 x 10 > the tail's 100)."""
+    n = 8 + 2 * LINGER_ROUNDS + 12
+    rounds = await rounds_with("light", n)
+    assert count(rounds, "light") == [0, 2] + [0] * (LINGER_ROUNDS + 2)
+    assert count(rounds, "flood") == [8, 0] + [2] * LINGER_ROUNDS + [8, 4]
 
 
 async def test_one_tenant_keeps_full_rounds() -> None:

@@ -125,8 +125,13 @@ class Slice(Generic[R, J]):
     ranges: tuple[Range[J], ...]
 
 
-LINGER_ROUNDS = 2
-"""Rounds a tenant still counts as around after its last request was live (see the module)."""
+LINGER_ROUNDS = 16
+"""Rounds a tenant still counts as around after its last request was live (see the module).
+Why 16: a job sends its next request a client round trip after its last answer; with 2, a
+light job measured under a flood dropped out of "around" in between, met a full round on its
+return and its p95 stayed at 1.0-1.7 s; with 16 it was 0.46-0.69 s, the flood's throughput
+unchanged (CPU, load 2.5; BENCHMARKS.md, Tenants). One-slice rounds are ~0.1 s on 2 CPU cores
+and tens of ms on a GPU, so 16 of them are well above any round trip on loopback or a LAN."""
 
 
 def tenants_around(last_live: Mapping[str, int], round_: int, linger: int = LINGER_ROUNDS) -> int:
