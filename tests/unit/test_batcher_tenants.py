@@ -91,3 +91,34 @@ async def test_one_tenant_keeps_full_rounds() -> None:
     rounds = await rounds_with("flood")
     assert count(rounds, "light") == [0, 2, 0, 0, 0]
     assert [len(r) for r in rounds] == [8, 8, 8, 8, 10]
+
+
+async def test_a_requests_texts_reach_the_worker_in_one_hand_over() -> None:
+    """The worker must never plan a round on part of a request: it would take that part as all
+    there is (the tail rule included) and the rest a round later, so rounds would depend on
+    when it woke (seen: [10, 8, 8, 8, 8] instead of [8, 8, 8, 8, 10], once under load). Every
+    wake-up the tokenising thread gives the worker sees none or all of the request's texts."""
+    enc = Gated()
+    b = DynamicBatcher(enc, slice_tokens=20, round_tokens=80)
+    seen: list[int] = []
+    cond = b._cond
+
+    class Watching(type(cond)):  # type: ignore[misc]
+        def notify_all(self) -> None:
+            seen.append(sum(1 for m in b._inbox if type(m).__name__ == "Split"))
+            super().notify_all()
+
+    b._cond = Watching(cond._lock)  # type: ignore[attr-defined]
+    try:
+        first = asyncio.create_task(b.submit(texts("first", 1)))
+        await wait_for(enc.entered.is_set)  # the worker holds round 1: the inbox fills
+        seen.clear()
+        second = asyncio.create_task(b.submit(texts("second", 12)))
+        await wait_for(lambda: b.pending == 2 and b.preparing == 0)
+        assert 12 in seen and not any(0 < n < 12 for n in seen), seen
+        enc.gate.set()
+        await asyncio.gather(first, second)
+    finally:
+        enc.gate.set()
+        await b.aclose()
+    assert [len(r) for r in enc.rounds] == [1, 8, 4]

@@ -222,10 +222,16 @@ class DynamicBatcher:
         per_job: list[list[Piece]] = [[] for _ in jobs]
         for p in pieces:
             per_job[p.text].append(p)
+        # One hand-over for the request's texts: the worker never plans a round on part of a
+        # request (it would take the part as all there is, tail rule included, and the next
+        # round the rest: rounds would depend on when it woke)
+        ready = [(job, own) for job, own in zip(jobs, per_job, strict=True) if own]
+        with self._cond:
+            self._preparing -= len(ready)
+            self._inbox.extend(Split(job, own) for job, own in ready)
+            self._cond.notify_all()
         for job, own in zip(jobs, per_job, strict=True):
-            if own:
-                self._ready(job, own)
-            else:
+            if not own:
                 self._unprepared(job, RuntimeError("the encoder split a text into no pieces"))
 
     def _ready(self, job: Job, pieces: list[Piece]) -> None:
