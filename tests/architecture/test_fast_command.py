@@ -12,9 +12,11 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
-SAMPLE = '''
+SAMPLE = """
 import time
 
 import pytest
@@ -45,7 +47,7 @@ def test_quick():
 
 def test_slow_but_unmarked():
     time.sleep(0.6)
-'''
+"""
 
 
 def run_fast(tmp_path: Path, limit_s: str) -> subprocess.CompletedProcess[str]:
@@ -62,6 +64,7 @@ def run_fast(tmp_path: Path, limit_s: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.process  # runs scripts/test.sh (ruff over the repo, a pytest run): 5-20 s here
 def test_fast_deselects_slow_kinds_and_fails_a_slow_unmarked_test(tmp_path: Path) -> None:
     done = run_fast(tmp_path, "0.3")
     out = done.stdout + done.stderr

@@ -199,6 +199,7 @@ def test_auto_compiles_where_it_measured_faster(tmp_path) -> None:
             assert enc.compile_state == "compiled"
 
 
+@pytest.mark.process  # a fresh interpreter imports torch and sentence-transformers: 5-20 s here
 def test_auto_follows_the_capability_torch_runs() -> None:
     """`ATEN_CPU_CAPABILITY=avx2` caps torch (and Inductor) at AVX2 on an AVX-512 CPU: such a
     process is the AVX2-only CPU `auto` stays eager on (asked of a fresh interpreter: torch
