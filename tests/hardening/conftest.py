@@ -37,8 +37,9 @@ def private_redis() -> Iterator[RedisServer]:
 
 def start_keyed(redis: RedisServer) -> Served:
     """A `reweighter serve` with the package's settings: an API key, a password-protected
-    private Redis, 2 s read deadlines, 256 file descriptors, the eager encoder, small request
-    limits and a 2 s shutdown grace. Starting one costs 10-40 s on this machine."""
+    private Redis, 2 s read deadlines, 256 file descriptors, the eager encoder with
+    `long_text=chunk_mean`, small request limits and a 2 s shutdown grace. Starting one costs
+    10-40 s on this machine."""
     return serve(
         "--shutdown-grace",
         str(KEYED_GRACE_S),
@@ -53,6 +54,10 @@ def start_keyed(redis: RedisServer) -> Served:
             "body_timeout_s": KEYED_TIMEOUT_S,
             "keepalive_timeout_s": KEYED_TIMEOUT_S,
             "compile": "off",  # no background compile competing for the CPU and descriptors
+            # the policy whose cost grows with length: a max-size completion is seconds of
+            # encoding (every window), the worst case the fairness and shutdown probes need;
+            # under the default `spread` it is 4 windows, over in a moment
+            "long_text": "chunk_mean",
             # fuzzed members of a group that never fills (/v1/groups, /v1/openrlhf) wait this
             "assembly_max_timeout_s": 3,
         },

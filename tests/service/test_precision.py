@@ -275,9 +275,11 @@ def test_image_build_step_builds_the_artefact_the_service_finds(tmp_path: Path, 
     assert oct(built.parent.stat().st_mode & 0o777) == "0o755"  # readable by the service user
     from reweighter.embedding.sentence_transformers import SentenceTransformerEncoder
 
+    served = engine.embedder.encoder  # the service's policy (its default: spread), not the class's
     enc = SentenceTransformerEncoder(
-        device="cpu", precision="int8", precision_cache_dir=str(tmp_path)
-    )
+        device="cpu", precision="int8", precision_cache_dir=str(tmp_path),
+        long_text=served.long_text, long_text_windows=served.long_text_windows,
+    )  # fmt: skip
     assert enc._ort is not None and enc._ort.path == built  # the service finds it, builds none
     assert len(list(tmp_path.iterdir())) == 1
     # int8 vectors never share cache keys with fp32 ones (replicas may share a Redis)
