@@ -78,7 +78,9 @@ assert p.is_cpu(), p; print('vllm', vllm.__version__, 'on', p.device_type)"
     if [ -x .venv/bin/python ] && .venv/bin/python -c "import gguf, transformers" 2>/dev/null; then
       conv=.venv/bin/python
     fi
-    MODEL=$("$conv" trainer/reweighter_trainer/policy.py)
+    # policy.py imports its package (cache.py): run as a module from the checkout, which works
+    # in a venv where the trainer is not installed (the rollout venv) as well.
+    MODEL=$(PYTHONPATH="$repo/trainer${PYTHONPATH:+:$PYTHONPATH}" "$conv" -m reweighter_trainer.policy)
   fi
   export MODEL
 }

@@ -154,12 +154,64 @@ def test_cpu_trainer_image_carries_its_own_converted_policy() -> None:
     policy = [i for i in instrs if i.stage == "policy"]
     assert policy[0].args.split()[0] == "deps"  # the pinned venv: transformers, gguf, torch
     run = " ".join(i.args for i in policy if i.keyword == "RUN")
-    assert '[ "${DEVICE}" = cpu ]' in run and "policy.py --cache-dir /opt/policy" in run
+    assert '[ "${DEVICE}" = cpu ]' in run and POLICY_RUN.format(python="python") in run
     final = final_stage(instrs)
     assert "--from=policy /opt/policy /opt/policy" in [i.args for i in final if i.keyword == "COPY"]
     assert "model.smollm2.cache_dir=/opt/policy" in load_compose().services["trainer-cpu"].spec[
         "command"
     ]
+
+
+POLICY_RUN = (
+    "PYTHONPATH=/tmp/convert {python} -m reweighter_trainer.policy --cache-dir /opt/policy"
+)
+POLICY_IMAGES = {
+    "trainer/Dockerfile": "python",
+    "services/rollout/Dockerfile.cpu": "/opt/convert/bin/python",
+}
+
+
+@pytest.mark.parametrize("rel", sorted(POLICY_IMAGES))
+def test_policy_stage_copies_everything_the_converter_imports(rel: str, tmp_path: Path) -> None:
+    """The policy stage runs `reweighter_trainer.policy` from the files it COPYs alone, in a venv
+    without our packages: exactly those files, laid out as the image does, must import and run
+    (`--help`) in an interpreter without site-packages. (A shared helper that policy.py began to
+    import, and the stage did not copy, once broke both CPU images.)"""
+    instrs = [i for i in instructions(rel) if i.stage == "policy"]
+    run = " ".join(i.args for i in instrs if i.keyword == "RUN")
+    assert POLICY_RUN.format(python=POLICY_IMAGES[rel]) in run
+    copied = [
+        i.args.split() for i in instrs
+        if i.keyword == "COPY" and i.args.split()[-1] == "/tmp/convert/reweighter_trainer/"
+    ]
+    assert len(copied) == 1, copied
+    dest = tmp_path / "reweighter_trainer"
+    dest.mkdir()
+    for src in copied[0][:-1]:
+        (dest / Path(src).name).write_bytes((REPO / src).read_bytes())
+    out = subprocess.run(
+        [sys.executable, "-S", "-m", "reweighter_trainer.policy", "--help"],
+        env={"PATH": os.environ["PATH"], "PYTHONPATH": str(tmp_path)},
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "--cache-dir" in out.stdout
+
+
+def test_rollout_script_converts_the_policy_from_the_checkout() -> None:
+    """scripts/rollout-cpu.sh converts with a venv that may not have the trainer installed (the
+    rollout venv): it runs the module from the checkout's trainer/ directory, which must import
+    with the standard library alone."""
+    script = (REPO / "scripts/rollout-cpu.sh").read_text()
+    run = 'PYTHONPATH="$repo/trainer${PYTHONPATH:+:$PYTHONPATH}" "$conv"'
+    run += " -m reweighter_trainer.policy"
+    assert run in script
+    out = subprocess.run(
+        [sys.executable, "-S", "-m", "reweighter_trainer.policy", "--help"],
+        env={"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO / "trainer")},
+        capture_output=True, text=True, timeout=60, cwd=REPO,
+    )
+    assert out.returncode == 0, out.stderr
 
 
 def test_rollout_image_entrypoint_exists() -> None:
@@ -306,7 +358,7 @@ def test_cpu_rollout_image_runs_the_same_entrypoint_on_cpu() -> None:
     policy = [i for i in instrs if i.stage == "policy"]
     policy_runs = " ".join(i.args for i in policy if i.keyword == "RUN")
     assert "-c /tmp/requirements-trainer.txt transformers gguf" in policy_runs
-    assert "policy.py --cache-dir /opt/policy" in policy_runs
+    assert POLICY_RUN.format(python="/opt/convert/bin/python") in policy_runs
     entry = [i for i in final if i.keyword == "ENTRYPOINT"][-1].exec_form()
     assert entry == ["bash", "/app/services/rollout/entrypoint.sh"]
     runs = [i.args for i in final if i.keyword == "RUN"]
