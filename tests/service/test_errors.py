@@ -343,3 +343,25 @@ def test_overloaded_is_429_and_retried(engine: ReweightEngine) -> None:
             assert not waiting.done()  # still retrying: the queue is full
         assert len(running.result(timeout=120).groups[0].rewards) == 2
         assert len(waiting.result(timeout=120).groups[0].rewards) == 2
+
+
+def test_no_route_runs_a_synchronous_dependency(engine: ReweightEngine) -> None:
+    """FastAPI runs a plain `def` dependency in its thread pool: a thread hand-off per request
+    (the service's API-key guard was one, on every /v1 call). Every dependency of every API
+    route is a coroutine function, so a request stays on the event loop until the engine."""
+    import inspect
+
+    from reweighter.api.http.app import create_app
+    from reweighter.api.http.routes import api_routes
+
+    app = create_app(engine, loopback())
+    sync: list[str] = []
+    for path, route in api_routes(app):
+        stack = list(route.dependant.dependencies)
+        while stack:
+            dep = stack.pop()
+            stack.extend(dep.dependencies)
+            if dep.call is not None and not inspect.iscoroutinefunction(dep.call):
+                sync.append(f"{path}: {getattr(dep.call, '__name__', dep.call)}")
+    assert [p for p, _ in api_routes(app) if p.startswith("/v1/")], "no /v1 route found"
+    assert sync == []

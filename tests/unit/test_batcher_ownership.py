@@ -9,6 +9,8 @@ assumption) while the loop registers another request; the real model computes ev
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import threading
 
 import numpy as np
@@ -51,3 +53,38 @@ async def test_submit_registers_while_the_worker_is_planning(
     ref = bundled_encoder()
     np.testing.assert_allclose(got[0], ref.encode(["the first request"]), atol=1e-5)
     np.testing.assert_allclose(got[1], ref.encode(["the second request"]), atol=1e-5)
+
+
+async def test_a_caller_cancelled_before_its_texts_are_split_strands_nobody() -> None:
+    """Texts in flight are shared: a second request for the same text waits on the first
+    request's tokenising. If the first caller goes away while its tokenising still waits for a
+    free executor thread, the tokenising must run anyway, or the second request would wait for
+    pieces that never come (until its own timeout). One executor thread, held by an Event, so
+    the order is forced without timing assumptions; the real model computes the vector."""
+    loop = asyncio.get_running_loop()
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    loop.set_default_executor(pool)
+    busy, release = threading.Event(), threading.Event()
+    blocker = loop.run_in_executor(None, lambda: (busy.set(), release.wait(20)))
+    emb = CachingEmbedder(fresh_view(), cache=None)
+    text = "one text, asked for twice"
+    try:
+        while not busy.is_set():
+            await asyncio.sleep(0.005)
+        first = asyncio.create_task(emb.aencode([text]))
+        while emb.batcher.preparing < 1:  # registered; its split queued behind the blocker
+            await asyncio.sleep(0.005)
+        second = asyncio.create_task(emb.aencode([text]))  # shares the text in flight
+        while emb.batcher.pending < 2:
+            await asyncio.sleep(0.005)
+        first.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await first
+        release.set()
+        await blocker
+        got = await asyncio.wait_for(second, 8)
+    finally:
+        release.set()
+        await emb.aclose()
+        pool.shutdown(wait=False)
+    np.testing.assert_allclose(got, bundled_encoder().encode([text]), atol=1e-5)

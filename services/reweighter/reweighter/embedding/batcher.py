@@ -146,9 +146,11 @@ class DynamicBatcher:
         try:
             if new:
                 # Tokenising a huge text takes a while: off the loop and off the model's thread.
-                # The helper thread posts the pieces itself, so a cancelled caller cannot
-                # leave jobs that other requests share half-prepared.
-                await asyncio.to_thread(self._prepare, new)
+                # The helper thread posts the pieces itself, and runs even if this caller goes
+                # away first (shielded: a cancel would otherwise withdraw it from the executor's
+                # queue before it started), so no request that shares these texts waits for
+                # pieces that never come.
+                await asyncio.shield(asyncio.to_thread(self._prepare, new))
             return await fut
         except asyncio.CancelledError:
             fut.cancel()

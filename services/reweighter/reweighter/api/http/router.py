@@ -72,7 +72,7 @@ def build_router(
 ) -> APIRouter:
     who = tenants if tenants is not None else Tenants(single_key(settings.api_key))
 
-    def require_key(request: Request) -> None:
+    async def require_key(request: Request) -> None:
         # The middleware resolved the tenant already; this is the routes' own guard.
         who.table.resolve_bearer(request.headers.get("authorization"))
 
