@@ -65,6 +65,22 @@ def test_identity_and_shape(enc: SentenceTransformerEncoder) -> None:
     assert enc.encode([]).shape == (0, 384)
 
 
+def test_the_encoder_class_and_the_service_share_one_long_text_default() -> None:
+    """`SentenceTransformerEncoder()` as a library user builds it and `reweighter serve` embed
+    long texts the same way: one default (reweighter.types.DEFAULT_LONG_TEXT), which the
+    class-agreement check chose (docs/embedding.md). They once differed (chunk_mean against
+    spread), so the same completion had two vectors and two cache keys."""
+    import inspect
+
+    from reweighter.config import Settings
+    from reweighter.types import DEFAULT_LONG_TEXT, SPREAD_WINDOWS
+
+    params = inspect.signature(SentenceTransformerEncoder.__init__).parameters
+    settings = Settings()
+    assert params["long_text"].default == settings.long_text == DEFAULT_LONG_TEXT == "spread"
+    assert params["long_text_windows"].default == settings.long_text_windows == SPREAD_WINDOWS
+
+
 def test_deterministic_and_normalised(enc: SentenceTransformerEncoder) -> None:
     a, b = enc.encode(SHORT), enc.encode(SHORT)
     assert np.array_equal(a, b)

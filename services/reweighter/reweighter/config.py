@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from .types import LongTextPolicy
+from .types import DEFAULT_LONG_TEXT, SPREAD_WINDOWS, LongTextPolicy
 
 __all__ = ["LongTextPolicy", "OpenRLHFSettings", "Settings"]
 
@@ -34,13 +34,13 @@ class Settings(BaseSettings):
     )
     device: str = Field("auto", description="'auto' (CUDA when present, else CPU), 'cpu', 'cuda:0'")
     long_text: LongTextPolicy = Field(
-        LongTextPolicy.SPREAD,
+        DEFAULT_LONG_TEXT,
         description="how texts longer than the encoder window are embedded: 'spread' (head, tail "
         "and evenly spaced windows, at most long_text_windows: a bounded cost; chosen by the "
         "class-agreement check, docs/embedding.md), 'chunk_mean' (every window), 'head', 'tail'",
     )
     long_text_windows: int = Field(
-        4,
+        SPREAD_WINDOWS,
         ge=2,
         description="with long_text=spread: the most windows one text is embedded from (head, "
         "tail and evenly spaced between), so its cost is bounded whatever its length",

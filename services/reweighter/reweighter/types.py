@@ -53,6 +53,15 @@ class LongTextPolicy(StrEnum):
     SPREAD = "spread"
 
 
+DEFAULT_LONG_TEXT = LongTextPolicy.SPREAD
+"""The one default, for the service's setting and the encoder class alike (they once differed:
+the class embedded every window while the service spread them): chosen by the class-agreement
+check and the cost model in docs/embedding.md."""
+
+SPREAD_WINDOWS = 4
+"""`spread`'s default: the most windows one text costs, whatever its length."""
+
+
 E = TypeVar("E", bound=StrEnum)
 
 MemberRole = Literal["key", "shared", "payload", "call"]

@@ -27,7 +27,7 @@ from transformers.modeling_outputs import BaseModelOutput
 
 from reweighter.embedding import aot
 from reweighter.embedding.base import Budget, Encoder, Piece
-from reweighter.types import LongTextPolicy
+from reweighter.types import DEFAULT_LONG_TEXT, SPREAD_WINDOWS, LongTextPolicy
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -35,9 +35,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 BUNDLED_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
-POLICIES: tuple[str, ...] = ("head", "tail", "chunk_mean", "spread")
-# `spread`: the most windows one text costs, whatever its length (docs/embedding.md, cost model).
-SPREAD_WINDOWS = 4
+POLICIES: tuple[str, ...] = tuple(p.value for p in LongTextPolicy)
 
 # Measured on a 2-core CPU (bench/bench_embed.py): activations of ~2k tokens stay in cache, so
 # small batches win there; a GPU wants large batches to fill its cores.
@@ -152,7 +150,7 @@ class SentenceTransformerEncoder(Encoder):
         self,
         model: str | None = None,
         device: str = "auto",
-        long_text: LongTextPolicy = "chunk_mean",
+        long_text: LongTextPolicy = DEFAULT_LONG_TEXT,
         max_seq_length: int | None = None,
         max_batch_tokens: int | None = None,
         max_batch_size: int | None = None,
