@@ -24,6 +24,7 @@ from ...limits import max_body_bytes
 from ...tenancy import Tenants
 from ...wire.openai import OPENAI_PATHS
 from ..metrics import Metrics
+from .calls import CallFastPath
 from .middleware import BodyLimit, endpoint_name, error_response
 from .openrlhf import build_openrlhf_router, token_tenant
 from .router import build_router
@@ -37,10 +38,13 @@ def create_app(
     metrics: Metrics | None = None,
     assembler: GroupAssembler | None = None,
     tenants: Tenants | None = None,
+    direct_calls: bool = True,
 ) -> FastAPI:
     """The HTTP API over `engine`. Loading the model is the caller's job. Without `assembler`
     the group-assembly route answers 503. `tenants`: who may call (shared with the gRPC server
-    so a reload applies to both); default from `settings` (the tenants file, else the API key)."""
+    so a reload applies to both); default from `settings` (the tenants file, else the API key).
+    `direct_calls`: serve well-formed call requests before FastAPI routes them (api/http/calls.py;
+    False only to compare the two paths in tests)."""
     settings = settings or engine.settings
     tenants = tenants if tenants is not None else Tenants.from_settings(settings)
     metrics = metrics or Metrics(engine)
@@ -59,12 +63,17 @@ def create_app(
     request_fields = RequestFields(app)
     metrics.watch_routes(lambda: route_labels(app))
 
+    def engine_error(path: str, exc: ReweighterError) -> JSONResponse:
+        """The one answer to the engine's errors, for the FastAPI routes and the direct path
+        of the calls (calls.CallFastPath)."""
+        if exc.http_status == 401:
+            metrics.count_rejected("http", endpoint_name(path), type(exc).__name__)
+        headers = {"Retry-After": "1"} if exc.http_status in (429, 503) else None
+        return error_response(path, exc, headers)
+
     @app.exception_handler(ReweighterError)
     async def _reweighter_error(request: Request, exc: ReweighterError) -> JSONResponse:
-        if exc.http_status == 401:
-            metrics.count_rejected("http", endpoint_name(request.url.path), type(exc).__name__)
-        headers = {"Retry-After": "1"} if exc.http_status in (429, 503) else None
-        return error_response(request.url.path, exc, headers)
+        return engine_error(request.url.path, exc)
 
     @app.exception_handler(RequestValidationError)
     async def _schema_error(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -94,6 +103,8 @@ def create_app(
     app.include_router(build_router(engine, settings, metrics, assembler, tenants))
     app.include_router(build_openrlhf_router(settings.openrlhf, metrics, assembler))
     token = settings.openrlhf.token
+    if direct_calls:  # inside BodyLimit: the key, tenant, deadline and size are checked first
+        app.add_middleware(CallFastPath, engine=engine, metrics=metrics, on_error=engine_error)
     app.add_middleware(
         BodyLimit,
         limit=max_body_bytes(settings),

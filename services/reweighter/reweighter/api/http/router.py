@@ -37,6 +37,7 @@ from ...wire.http import (
     to_engine,
 )
 from ..metrics import Metrics
+from .calls import serve_call
 from .connections import probe_answer
 from .dashboard import build_dashboard_data, build_dashboard_page
 from .openai import build_openai_router
@@ -146,16 +147,14 @@ def build_router(
 
 
 def _handler(call: Call, engine: EngineSurface, metrics: Metrics) -> Callable[..., Any]:
-    """The route of one call of the table: the body parsed with the request's model, the engine
-    coroutine, the answer model; the metrics label is the call's name (and the method, if the
-    request has one)."""
+    """The route of one call of the table: the body parsed with the request's model, then
+    `serve_call` (the engine coroutine, the answer model; the metrics label is the call's name
+    and the method, if the request has one). Well-formed bodies are served before FastAPI
+    routes them, by the same `serve_call` (calls.CallFastPath); this route answers the rest and
+    documents the call."""
 
     async def handle(body: Any) -> Any:
-        with metrics.track("http", call.name, str(getattr(body, "method", ""))):
-            request = to_engine(body)
-            if call.size is not None:
-                metrics.completions.labels("http").observe(call.size(request))
-            return answer(await getattr(engine, call.engine)(request))
+        return await serve_call(call, engine, metrics, body)
 
     body = inspect.Parameter(
         "body", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=model(call.request, True)
