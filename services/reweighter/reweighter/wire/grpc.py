@@ -13,6 +13,7 @@ shape: the engine does, so both transports reject the same inputs with the same 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types as pytypes
 from collections.abc import Callable, Mapping, Sequence
 from enum import StrEnum
@@ -163,10 +164,18 @@ def _repeated(fd: FieldDescriptor) -> bool:
 # -- from protobuf -------------------------------------------------------------------------
 
 
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    """`get_type_hints(cls)`, once per message class: it evaluates the annotations every time
+    (0.08 ms a class, two thirds of reading a request of 16 completions), and a class's hints
+    never change."""
+    return get_type_hints(cls)
+
+
 def from_proto(msg: Message, cls: type[T], where: str = "") -> T:
     """`msg` as the wire dataclass (or TypedDict) `cls`; `where`: the dotted path of `msg` in
     its request, for the errors that name a field."""
-    hints = get_type_hints(cls)
+    hints = _hints(cls)
     by_name = msg.DESCRIPTOR.fields_by_name
     if is_typeddict(cls):
         return {k: _value(msg, by_name[k], hint, None, where) for k, hint in hints.items()}  # type: ignore[return-value]
