@@ -23,13 +23,14 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ...engine.surface import EngineSurface
 from ...errors import ReweighterError
 from ...wire.calls import CALLS, Call
 from ...wire.http import answer, model, to_engine
 from ..metrics import Metrics
+from .middleware import replay
 
 
 async def serve_call(call: Call, engine: EngineSurface, metrics: Metrics, body: Any) -> BaseModel:
@@ -88,7 +89,7 @@ class CallFastPath:
         except ValidationError:
             parsed = None
         if parsed is None:  # FastAPI's route answers it, with its own messages
-            await self.app(scope, _replay(body, receive), send)
+            await self.app(scope, replay(body, receive), send)
             return
         try:
             out = await serve_call(call, self.engine, self.metrics, parsed)
@@ -100,16 +101,3 @@ class CallFastPath:
             response = Response(out.model_dump_json(by_alias=True), media_type="application/json")
         await response(scope, receive, send)
 
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    """A receive that gives `body` once, then defers to the real one (disconnects)."""
-    sent = False
-
-    async def replay() -> Message:
-        nonlocal sent
-        if sent:
-            return await receive()
-        sent = True
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    return replay

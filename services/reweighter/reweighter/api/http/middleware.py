@@ -130,17 +130,7 @@ class BodyLimit:
                 await self._refuse(scope, send, self._too_big(size))
                 return
             more = message.get("more_body", False)
-        body = b"".join(chunks)
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if replayed:
-                return await receive()
-            replayed = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replay(b"".join(chunks), receive), send)
 
     def _too_big(self, size: int) -> LimitExceeded:
         return LimitExceeded(f"request body of {size}+ bytes exceeds the limit of {self.limit}")
@@ -151,6 +141,21 @@ class BodyLimit:
         self.metrics.count_rejected("http", path, type(exc).__name__)
         response = error_response(scope.get("path", ""), exc, {"connection": "close"})
         await response(scope, _no_receive, send)
+
+
+def replay(body: bytes, receive: Receive) -> Receive:
+    """A receive that gives `body` (already read) once, then defers to the real one (a
+    disconnect): for the app after a middleware has read the request's body."""
+    sent = False
+
+    async def replayed() -> Message:
+        nonlocal sent
+        if sent:
+            return await receive()
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replayed
 
 
 def _deadline(header: bytes | None, receive: Receive) -> Deadline | None:
