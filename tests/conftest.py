@@ -95,6 +95,37 @@ def _bundled_model_in_setup(request: pytest.FixtureRequest) -> None:
         bundled_encoder()  # cached: only the first test of the session pays the load
 
 
+class ServedApp:
+    """An ASGI app (FastAPI) on uvicorn in a background thread, on a free loopback port: for
+    tests that build an app of their own (`reweighter serve` children are reweighter.launch's)."""
+
+    def __init__(self, app: object) -> None:
+        import threading
+
+        import uvicorn
+
+        self.port = free_port()
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
+        )
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> ServedApp:
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            assert time.monotonic() < deadline, "uvicorn did not start"
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=15)
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+
 def _redis_ping(url: str) -> bool:
     import redis
 

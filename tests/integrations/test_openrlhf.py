@@ -19,8 +19,6 @@ import os
 import random
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -35,6 +33,7 @@ from prometheus_client import generate_latest
 
 pytest.importorskip("openrlhf.utils.agent")
 
+from conftest import ServedApp  # noqa: E402
 from openrlhf.utils.agent import SingleTurnAgentExecutor  # noqa: E402
 
 from reweighter.api.http.app import create_app  # noqa: E402
@@ -57,32 +56,6 @@ from reweighter.verify.upstream import UpstreamVerifier  # noqa: E402
 from .conftest import free_port, loopback  # noqa: E402
 
 
-class Served:
-    """A FastAPI app on uvicorn in a background thread, on a free loopback port."""
-
-    def __init__(self, app: Any) -> None:
-        self.port = free_port()
-        self.server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
-        )
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> Served:
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            assert time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.02)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=15)
-
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
-
-
 def upstream_app() -> Any:
     """Another OpenRLHF-protocol reward server: 1.0 when the label appears in the query."""
     from fastapi import FastAPI
@@ -99,13 +72,13 @@ def upstream_app() -> Any:
 
 
 @pytest.fixture(scope="module")
-def upstream() -> Iterator[Served]:
-    with Served(upstream_app()) as s:
+def upstream() -> Iterator[ServedApp]:
+    with ServedApp(upstream_app()) as s:
         yield s
 
 
 @pytest.fixture(scope="module")
-def server(engine: Any, upstream: Served) -> Iterator[Served]:
+def server(engine: Any, upstream: ServedApp) -> Iterator[ServedApp]:
     """The service's HTTP app (with its own /v1/openrlhf/reward) plus two more routers: a
     short timeout, and the upstream verifier."""
     settings = loopback(assembly_timeout_s=60.0)
@@ -122,7 +95,7 @@ def server(engine: Any, upstream: Served) -> Iterator[Served]:
     app.include_router(build_openrlhf_router(  # an upstream that is down, with credentials
         OpenRLHFSettings(), Metrics(engine), assembler, verifier=UpstreamVerifier(
             f"http://user:pw-secret@127.0.0.1:{free_port()}/score"), paths=("/down",)))
-    with Served(app) as s:
+    with ServedApp(app) as s:
         s.late_metrics = late  # type: ignore[attr-defined]
         yield s
 

@@ -10,14 +10,12 @@ shipped app must really serve the valid ones directly (FastAPI's route never run
 from __future__ import annotations
 
 import json
-import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
+from conftest import ServedApp
 
 from reweighter.api.http import router as router_module
 from reweighter.api.http.app import create_app
@@ -68,33 +66,13 @@ INVALID: list[bytes] = [
 ]
 
 
-class Served:
-    def __init__(self, app: Any) -> None:
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0,
-                                                    log_level="warning"))  # fmt: skip
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> str:
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            assert time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.02)
-        port = self.server.servers[0].sockets[0].getsockname()[1]
-        return f"http://127.0.0.1:{port}"
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=15)
-
-
 @pytest.fixture(scope="module")
 def urls(engine: ReweightEngine) -> Iterator[tuple[str, str]]:
     settings = loopback()
-    with Served(create_app(engine, settings)) as direct, Served(
+    with ServedApp(create_app(engine, settings)) as direct, ServedApp(
         create_app(engine, settings, direct_calls=False)
     ) as routed:
-        yield direct, routed
+        yield direct.url(""), routed.url("")
 
 
 def both(urls: tuple[str, str], data: bytes, content_type: str | None = "application/json"):

@@ -275,7 +275,7 @@ def test_image_build_step_builds_the_artefact_the_service_finds(tmp_path: Path, 
     assert oct(built.parent.stat().st_mode & 0o777) == "0o755"  # readable by the service user
     from reweighter.embedding.sentence_transformers import SentenceTransformerEncoder
 
-    served = engine.embedder.encoder  # the service's policy (its default: spread), not the class's
+    served = engine.embedder.encoder  # the service's own long-text policy, whatever it is
     enc = SentenceTransformerEncoder(
         device="cpu", precision="int8", precision_cache_dir=str(tmp_path),
         long_text=served.long_text, long_text_windows=served.long_text_windows,
