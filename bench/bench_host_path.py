@@ -12,8 +12,9 @@ which puts all of the forward's CPU on that thread: the process's CPU less that 
 host path, measured inside the same run. Compared in one run:
 
 - the fast tokenizer alone on the same texts (the floor: the service must tokenise them), with
-  the Rust tokenizer's cheapest call (`encode_batch_fast`, the one the service makes), and the
-  transformers wrapper's call beside it,
+  the Rust tokenizer's cheapest call (`encode_batch_fast`), the transformers wrapper's call
+  beside it, and the service's own path (`ascii_ids`: plain-ASCII texts through a
+  lowercase-only copy of the tokenizer, the same ids for less CPU),
 - plain `SentenceTransformer.encode(batch_size=32)` of the same model in this process, and our
   encoder's forward alone (diagnosis),
 - `reweighter serve --model <tiny> --device cpu` (a child process, as documented) answering
@@ -68,18 +69,24 @@ def proc_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
-def tokenizer_cpu(model_path: str, batch: list[str], per_request: int, fast: bool) -> float:
+def tokenizer_cpu(model_path: str, batch: list[str], per_request: int, fast: bool | str) -> float:
     """CPU seconds per completion of the fast tokenizer alone, in requests of `per_request`:
-    `fast`, the Rust tokenizer's cheapest call (`encode_batch_fast`, ids only; the floor, the
-    call the service makes), else the transformers wrapper's call."""
+    `fast`, the Rust tokenizer's cheapest call (`encode_batch_fast`, ids only; the floor the
+    issue names), else the transformers wrapper's call; "service", the service's own path
+    (reweighter.embedding.ascii_ids: plain-ASCII texts through a lowercase-only copy)."""
     from transformers import AutoTokenizer
+
+    from reweighter.embedding import ascii_ids
 
     tok = AutoTokenizer.from_pretrained(model_path)
     backend = tok._tokenizer
+    lower = ascii_ids.fast_tokenizer(backend) if fast == "service" else None
     t0 = time.process_time()
     for i in range(0, len(batch), per_request):
         chunk = batch[i : i + per_request]
-        if fast and hasattr(backend, "encode_batch_fast"):
+        if fast == "service":
+            ascii_ids.token_ids(backend, lower, chunk)
+        elif fast and hasattr(backend, "encode_batch_fast"):
             [e.ids for e in backend.encode_batch_fast(chunk, add_special_tokens=False)]
         else:
             tok(chunk, add_special_tokens=False, truncation=False, verbose=False)
@@ -255,6 +262,9 @@ def main() -> None:
             rows.setdefault("tokenizer, transformers' call", []).append(
                 tokenizer_cpu(minilm, batch, args.group, fast=False)
             )
+            rows.setdefault("tokenizer, the service's path", []).append(
+                tokenizer_cpu(minilm, batch, args.group, fast="service")
+            )
             rows.setdefault("plain encode(32)", []).append(encode_cpu(st, batch))
             rows.setdefault("forward alone", []).append(forward_cpu(model, batch, args.device))
             for transport in ("HTTP", "gRPC") if run % 2 == 0 else ("gRPC", "HTTP"):
@@ -277,8 +287,10 @@ def main() -> None:
         "| host path ms (the rest) | host path x tokenizer | client CPU ms | texts/s |"
     )
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    for name in ("tokenizer alone", "tokenizer, transformers' call", "forward alone",
-                 "plain encode(32)"):  # fmt: skip
+    for name in ("tokenizer alone", "tokenizer, transformers' call",
+                 "tokenizer, the service's path", "forward alone", "plain encode(32)"):  # fmt: skip
+        if name not in med:
+            continue
         print(f"| {name} | {med[name] * 1e3:.3f} | {med[name] / tok:.2f}x | - | - | - | - | - |")
     for t in ("HTTP", "gRPC"):
         s, f = med[f"{t} server"], med[f"{t} encoder thread"]

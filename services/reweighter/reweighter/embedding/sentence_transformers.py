@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from transformers.modeling_outputs import BaseModelOutput
 
-from reweighter.embedding import aot
+from reweighter.embedding import aot, ascii_ids
 from reweighter.embedding.base import Budget, Encoder, Piece
 from reweighter.types import DEFAULT_LONG_TEXT, SPREAD_WINDOWS, LongTextPolicy
 
@@ -202,6 +202,8 @@ class SentenceTransformerEncoder(Encoder):
         st.eval()
         self._model = st
         self._tokenizer = st.tokenizer
+        backend = getattr(self._tokenizer, "_tokenizer", None)
+        self._ascii_tokenizer = ascii_ids.fast_tokenizer(backend) if backend is not None else None
         self.long_text = long_text
 
         limit = getattr(st[0].auto_model.config, "max_position_embeddings", None) or 10**9
@@ -397,10 +399,12 @@ class SentenceTransformerEncoder(Encoder):
         # The Rust tokenizer directly, without offsets (`encode_batch_fast`): the same ids as
         # the wrapper's call below for ~17 % less CPU per text (bench/bench_host_path.py);
         # only when the backend truncates and pads nothing (it would cut long texts).
+        # Plain-ASCII texts go through a lowercase-only copy of it where that is exact
+        # (ascii_ids: ~35 % less CPU again).
         backend = getattr(self._tokenizer, "_tokenizer", None)
         fast = getattr(backend, "encode_batch_fast", None)
         if fast is not None and backend.truncation is None and backend.padding is None:
-            return [e.ids for e in fast(list(texts), add_special_tokens=False)]
+            return ascii_ids.token_ids(backend, self._ascii_tokenizer, texts)
         enc = self._tokenizer(
             list(texts),
             add_special_tokens=False,
