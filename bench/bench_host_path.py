@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import platform
 import random
@@ -47,8 +48,9 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent / d) for d in (".", "lib")]  # + bench/lib
 from bench_embed import completion  # noqa: E402
+from paired import ratio_ci  # noqa: E402
 
 from reweighter.client import AsyncGrpcReweighterClient, AsyncReweighterClient  # noqa: E402
 from reweighter.embedding.tiny import build_tiny_encoder  # noqa: E402
@@ -223,6 +225,11 @@ def main() -> None:
                     help="a checkout's services/reweighter folder: the service runs that code "
                     "(PYTHONPATH), e.g. a worktree of main before a change, for a before/after",
                     )  # fmt: skip
+    ap.add_argument("--baseline-code", default="",
+                    help="a checkout's services/reweighter folder served beside this one: each "
+                    "run loads both back to back (order alternating), and the host path of this "
+                    "code over the baseline's is given per run with its 95 %% interval (paired: "
+                    "the machine's drift hits both alike)")  # fmt: skip
     ap.add_argument("--groups-per-request", type=int, default=1,
                     help="groups in one request (1: one group a request; TRL sends a whole "
                     "step's groups in one request)")  # fmt: skip
@@ -252,8 +259,14 @@ def main() -> None:
     env.update(OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
     if args.service_code:
         env["PYTHONPATH"] = str(Path(args.service_code).resolve())
-    with serve(*flags, timeout=300, env=env) as served:
+    with contextlib.ExitStack() as stack:
+        served = stack.enter_context(serve(*flags, timeout=300, env=env))
         wait_compiled(served, flags)
+        base = None
+        if args.baseline_code:
+            benv = {**env, "PYTHONPATH": str(Path(args.baseline_code).resolve())}
+            base = stack.enter_context(serve(*flags, timeout=300, env=benv))
+            wait_compiled(base, flags)
         for run in range(args.runs):
             batch = texts(rng, args.n, args.words)
             rows.setdefault("tokenizer alone", []).append(
@@ -268,10 +281,12 @@ def main() -> None:
             rows.setdefault("plain encode(32)", []).append(encode_cpu(st, batch))
             rows.setdefault("forward alone", []).append(forward_cpu(model, batch, args.device))
             for transport in ("HTTP", "gRPC") if run % 2 == 0 else ("gRPC", "HTTP"):
-                r = service_cpu(served, transport, texts(rng, args.n, args.words), args.group,
-                                args.concurrency)  # fmt: skip
-                for k in ("server", "client", "texts_s", "encoder thread"):
-                    rows.setdefault(f"{transport} {k}", []).append(r[k])
+                pair = [("", served)] if base is None else [("", served), ("baseline ", base)]
+                for who, svc in pair if run % 2 == 0 else pair[::-1]:
+                    r = service_cpu(svc, transport, texts(rng, args.n, args.words), args.group,
+                                    args.concurrency)  # fmt: skip
+                    for k in ("server", "client", "texts_s", "encoder thread"):
+                        rows.setdefault(f"{who}{transport} {k}", []).append(r[k])
             print(f"run {run + 1}/{args.runs} done", file=sys.stderr, flush=True)
     load1 = os.getloadavg()
     med = {k: statistics.median(v) for k, v in rows.items()}
@@ -297,6 +312,18 @@ def main() -> None:
         print(f"| service /v1/{args.route}, {t} | {s * 1e3:.3f} | {s / tok:.2f}x | {f * 1e3:.3f} | "
               f"{(s - f) * 1e3:.3f} | {(s - f) / tok:.2f}x | "
               f"{med[f'{t} client'] * 1e3:.3f} | {med[f'{t} texts_s']:.0f} |")  # fmt: skip
+    if args.baseline_code:
+        print(f"\nPaired against the baseline ({args.baseline_code}), served beside it, loads "
+              "back to back in each run: host path ms, this code / the baseline (< 1: less)\n")
+        print("| transport | baseline host path ms | this code's | ratio, 95 % interval |")
+        print("|---|---:|---:|---|")
+        for t in ("HTTP", "gRPC"):
+            host = {w: [s - f for s, f in zip(rows[f"{w}{t} server"],
+                                              rows[f"{w}{t} encoder thread"], strict=True)]
+                    for w in ("", "baseline ")}  # fmt: skip
+            ci = ratio_ci([a / b for a, b in zip(host[""], host["baseline "], strict=True)])
+            print(f"| {t} | {statistics.median(host['baseline ']) * 1e3:.3f} | "
+                  f"{statistics.median(host['']) * 1e3:.3f} | {ci} |")
     print("\nruns:", {k: [round(x * 1e3, 3) if not x >= 1 else round(x) for x in v]
                       for k, v in rows.items()})  # fmt: skip
 
