@@ -307,9 +307,14 @@ def first_contact(args: argparse.Namespace) -> None:  # noqa: C901 - reads top t
 def _spec_env(spec: str) -> tuple[dict[str, str], str | None]:
     """`precision=int8,compile=off` -> ({"REWEIGHTER_PRECISION": "int8", ...}, None);
     `pythonpath=DIR` serves another checkout's code (DIR = its services/reweighter), e.g. the
-    commit before a default changed, against today's default."""
+    commit before a default changed, against today's default; `env:NAME=VALUE` sets a variable
+    of the served process as is (e.g. env:OMP_WAIT_POLICY=PASSIVE)."""
     pairs = [kv.split("=", 1) for kv in spec.split(",") if kv]
-    env = {f"REWEIGHTER_{k.strip().upper()}": v.strip() for k, v in pairs if k != "pythonpath"}
+    env = {
+        k.strip()[4:] if k.startswith("env:") else f"REWEIGHTER_{k.strip().upper()}": v.strip()
+        for k, v in pairs
+        if k != "pythonpath"
+    }
     path = next((v.strip() for k, v in pairs if k == "pythonpath"), None)
     return env, path
 
