@@ -8,6 +8,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -93,6 +94,21 @@ def _bundled_model_in_setup(request: pytest.FixtureRequest) -> None:
         from test_embedding_support import bundled_encoder
 
         bundled_encoder()  # cached: only the first test of the session pays the load
+
+
+def config_model_in_setup(config: str | Path) -> None:
+    """Build or convert a trainer config's model now (reweighter_trainer.train.model_path: the
+    tiny model built, SmolLM2's GGUF converted, each cached on first use on a machine). Why: a
+    test that reads the config pays that first use inside its own call, which the unmarked-test
+    guard times: test_wordadd's first call took 39 s on a new machine (the conversion), 2 s
+    after. A module calls this from a module-scoped autouse fixture, so it runs in setup."""
+    from reweighter_trainer.config import load_raw, parse
+    from reweighter_trainer.train import model_path
+
+    path = Path(config)
+    if not path.is_absolute():
+        path = Path(__file__).resolve().parents[1] / path
+    model_path(parse(load_raw(path)))
 
 
 class ServedApp:
