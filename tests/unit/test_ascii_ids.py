@@ -91,3 +91,21 @@ def test_the_encoder_tokenises_through_it() -> None:
     texts = ["The Answer is 42.", "Ünïcödé", "x\ty\nz " * 200]
     assert enc._token_ids(texts) == full_ids(enc._tokenizer._tokenizer, texts)
     assert ascii_ids.plain(texts[0]) and not ascii_ids.plain(texts[1])
+
+
+def test_line_breaks_need_a_whitespace_splitting_pre_tokenizer(backend) -> None:  # noqa: ANN001
+    """clean_text turns \\t \\n \\r into spaces: exact only where the pre-tokenizer splits on
+    any whitespace alike. With another one (Metaspace keeps what it splits on) no fast path,
+    unless clean_text is off (then the normaliser only lowercases plain text, whatever follows)."""
+    from tokenizers import Tokenizer
+
+    spec = json.loads(backend.to_str())
+    spec["pre_tokenizer"] = {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always",
+                             "split": True}  # fmt: skip
+    assert fast_tokenizer(Tokenizer.from_str(json.dumps(spec))) is None
+    spec["normalizer"]["clean_text"] = False
+    other = Tokenizer.from_str(json.dumps(spec))
+    fast = fast_tokenizer(other)
+    assert fast is not None
+    texts = fuzz_texts(300, seed=11)
+    assert token_ids(other, fast, texts) == full_ids(other, texts)

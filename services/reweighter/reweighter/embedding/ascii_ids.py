@@ -10,8 +10,9 @@ for ~35 % less CPU (MiniLM's tokenizer, 160-word completions). Completions of En
 mathematics are such texts; any other text takes the full tokenizer, unchanged.
 
 When exact, term by term, for a text of printable ASCII and \\t \\n \\r:
-- clean_text drops control characters (there are none) and turns \\t \\n \\r into spaces; the
-  pre-tokenizer then splits on either alike, so no piece differs;
+- clean_text drops control characters (there are none) and turns \\t \\n \\r into spaces; a
+  whitespace-splitting pre-tokenizer (BERT's) then splits on either alike, so no piece differs
+  (with clean_text on and any other pre-tokenizer: no fast path);
 - handle_chinese_chars pads CJK ideographs (none in ASCII); strip_accents (NFD, then drop
   combining marks) changes no ASCII character; lowercase is ASCII lowercase either way;
 - added tokens: those matched on the raw text (`normalized: false`) are matched before any
@@ -32,6 +33,11 @@ from typing import Any
 # Characters that are not printable ASCII, tab, newline or carriage return (control characters:
 # BertNormalizer's clean_text drops them, so they take the full tokenizer).
 _NOT_PLAIN = re.compile(r"[^\t\n\r\x20-\x7e]")
+
+
+# Pre-tokenizers that split on any whitespace and drop it (so a tab or line break and a space
+# give the same pieces): where clean_text turned \t \n \r into spaces, the fast path needs one.
+WHITESPACE_SPLITTERS = frozenset({"BertPreTokenizer", "Whitespace", "WhitespaceSplit"})
 
 
 def plain(text: str) -> bool:
@@ -56,6 +62,9 @@ def fast_tokenizer(backend: Any) -> Any | None:
         return None
     if any(t.get("normalized", True) for t in spec.get("added_tokens") or []):
         return None
+    pre = (spec.get("pre_tokenizer") or {}).get("type")
+    if norm.get("clean_text", True) and pre not in WHITESPACE_SPLITTERS:
+        return None  # \t \n \r would reach a pre-tokenizer that may tell them from spaces
     fast = Tokenizer.from_str(backend.to_str())
     fast.normalizer = normalizers.Lowercase() if norm.get("lowercase", True) else None
     # transformers' wrapper may have set truncation or padding on the backend: not copied here
