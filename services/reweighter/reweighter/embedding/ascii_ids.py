@@ -6,8 +6,8 @@ tokenizer's CPU is its `BertNormalizer`: cleaning, Chinese-character spacing and
 stripping (Unicode NFD) over every character, with an alignment kept for each. On a text of
 printable ASCII (plus tab, newline and carriage return) all of that is the identity except
 lowercasing, so the same tokenizer with `Lowercase` as its only normalizer yields the same ids
-for ~35 % less CPU (MiniLM's tokenizer, 160-word completions). Completions of English and
-mathematics are such texts; any other text takes the full tokenizer, unchanged.
+for 20-35 % less CPU (MiniLM's tokenizer, 160-word completions; BENCHMARKS.md, Y). Completions
+of English and mathematics are such texts; any other text takes the full tokenizer, unchanged.
 
 When exact, term by term, for a text of printable ASCII and \\t \\n \\r:
 - clean_text drops control characters (there are none) and turns \\t \\n \\r into spaces; a

@@ -400,7 +400,7 @@ class SentenceTransformerEncoder(Encoder):
         # the wrapper's call below for ~17 % less CPU per text (bench/bench_host_path.py);
         # only when the backend truncates and pads nothing (it would cut long texts).
         # Plain-ASCII texts go through a lowercase-only copy of it where that is exact
-        # (ascii_ids: ~35 % less CPU again).
+        # (ascii_ids: 20-35 % less CPU again).
         backend = getattr(self._tokenizer, "_tokenizer", None)
         fast = getattr(backend, "encode_batch_fast", None)
         if fast is not None and backend.truncation is None and backend.padding is None:
