@@ -54,7 +54,8 @@ def fast_tokenizer(backend: Any) -> Any | None:
     except ImportError:  # pragma: no cover - transformers' fast tokenizers need it
         return None
     try:
-        spec = json.loads(backend.to_str())
+        text = backend.to_str()
+        spec = json.loads(text)
     except Exception:
         return None
     norm = spec.get("normalizer")
@@ -65,7 +66,7 @@ def fast_tokenizer(backend: Any) -> Any | None:
     pre = (spec.get("pre_tokenizer") or {}).get("type")
     if norm.get("clean_text", True) and pre not in WHITESPACE_SPLITTERS:
         return None  # \t \n \r would reach a pre-tokenizer that may tell them from spaces
-    fast = Tokenizer.from_str(backend.to_str())
+    fast = Tokenizer.from_str(text)
     fast.normalizer = normalizers.Lowercase() if norm.get("lowercase", True) else None
     # transformers' wrapper may have set truncation or padding on the backend: not copied here
     # (the caller tokenises whole texts), and the caller checks the backend has none.
@@ -80,18 +81,14 @@ def token_ids(backend: Any, fast: Any | None, texts: Sequence[str]) -> list[list
     texts = list(texts)
     if fast is None:
         return [e.ids for e in backend.encode_batch_fast(texts, add_special_tokens=False)]
-    rest = [i for i, t in enumerate(texts) if not plain(t)]
-    if not rest:
+    easy = [plain(t) for t in texts]
+    if all(easy):
         return [e.ids for e in fast.encode_batch_fast(texts, add_special_tokens=False)]
-    if len(rest) == len(texts):
-        return [e.ids for e in backend.encode_batch_fast(texts, add_special_tokens=False)]
     out: list[list[int]] = [[] for _ in texts]
-    odd = set(rest)
-    easy = [i for i in range(len(texts)) if i not in odd]
-    for ids, e in (
-        (easy, fast.encode_batch_fast([texts[i] for i in easy], add_special_tokens=False)),
-        (rest, backend.encode_batch_fast([texts[i] for i in rest], add_special_tokens=False)),
-    ):
-        for i, enc in zip(ids, e, strict=True):
-            out[i] = enc.ids
+    for tokenizer, take in ((fast, True), (backend, False)):
+        at = [i for i, e in enumerate(easy) if e is take]
+        if at:
+            got = tokenizer.encode_batch_fast([texts[i] for i in at], add_special_tokens=False)
+            for i, enc in zip(at, got, strict=True):
+                out[i] = enc.ids
     return out
