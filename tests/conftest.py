@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -84,29 +85,34 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
 
 
 @pytest.fixture(autouse=True)
-def _bundled_model_in_setup(request: pytest.FixtureRequest) -> None:
-    """The bundled MiniLM of tests/unit (test_embedding_support.bundled_encoder, loaded once per
-    session), loaded in setup for a module that uses it: the first test of such a module loaded
-    it inside its own call, which the guard above times, and on a loaded machine that load
-    alone passed the guard's limit. (Here, not in a tests/unit/conftest.py: another conftest
-    module would shadow this one for the tests that import `conftest` by name.)"""
+def _models_in_setup(request: pytest.FixtureRequest) -> None:
+    """Models a module's tests use, loaded or built in setup: the bundled MiniLM of tests/unit
+    (test_embedding_support.bundled_encoder, loaded once per session), and the model of the
+    trainer config a module names in `MODEL_CONFIG` (`_config_model`). Why: the first test of
+    such a module loaded it inside its own call, which the guard above times, and on a loaded
+    machine that load alone passed the guard's limit. (Here, not in a tests/unit/conftest.py:
+    another conftest module would shadow this one for the tests that import `conftest` by name.)"""
     if hasattr(request.module, "fresh_view") or hasattr(request.module, "bundled_encoder"):
         from test_embedding_support import bundled_encoder
 
         bundled_encoder()  # cached: only the first test of the session pays the load
+    config = getattr(request.module, "MODEL_CONFIG", None)
+    if config is not None:
+        _config_model(str(config))
 
 
-def config_model_in_setup(config: str | Path) -> None:
-    """Build or convert a trainer config's model now (reweighter_trainer.train.model_path: the
-    tiny model built, SmolLM2's GGUF converted, each cached on first use on a machine). Why: a
-    test that reads the config pays that first use inside its own call, which the unmarked-test
-    guard times: test_wordadd's first call took 39 s on a new machine (the conversion), 2 s
-    after. A module calls this from a module-scoped autouse fixture, so it runs in setup."""
+@functools.cache
+def _config_model(config: str) -> None:
+    """Build or convert the model of the trainer config a module names in `MODEL_CONFIG`
+    (reweighter_trainer.train.model_path: the tiny model built, SmolLM2's GGUF converted, each
+    cached on disk on first use on a machine), by the fixture above, in setup. Why: a test that
+    reads the config paid that first use inside its own call, which the guard above times:
+    test_wordadd's first call took 39 s on a new machine (the conversion), 2 s after."""
     from reweighter_trainer.config import load_raw, parse
     from reweighter_trainer.train import model_path
 
     path = Path(config)
-    if not path.is_absolute():
+    if not path.is_absolute():  # relative to the repository
         path = Path(__file__).resolve().parents[1] / path
     model_path(parse(load_raw(path)))
 

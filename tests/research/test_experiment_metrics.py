@@ -17,13 +17,7 @@ from reweighter_research.metrics import (
 from reweighter_trainer.data import generate_wordadd, generate_wordmath, load_dataset
 from reweighter_trainer.rewards import extract_final_number, final_answer_reward
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _config_model_in_setup() -> None:
-    """The config's model, built or converted in setup on a new machine (conftest says why)."""
-    from conftest import config_model_in_setup
-
-    config_model_in_setup("trainer/configs/smoke-cpu.yaml")
+MODEL_CONFIG = "trainer/configs/smoke-cpu.yaml"  # its model is built in setup (tests/conftest.py)
 
 
 @pytest.mark.parametrize(

@@ -17,14 +17,7 @@ from reweighter_research.gate import SAME_PATH, correct_similarity, summarise
 from reweighter_trainer.config import load_raw, parse
 
 CONFIG = "research/configs/smollm2-wordadd.yaml"
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _config_model_in_setup() -> None:
-    """The config's model, built or converted in setup on a new machine (conftest says why)."""
-    from conftest import config_model_in_setup
-
-    config_model_in_setup(CONFIG)
+MODEL_CONFIG = CONFIG  # its model is built in setup (tests/conftest.py)
 
 
 def test_the_control_trains_at_twice_the_configs_learning_rate() -> None:
