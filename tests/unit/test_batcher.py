@@ -18,6 +18,7 @@ from test_embedding_support import CountingEncoder, bundled_encoder, fresh_view
 
 from reweighter.embedding import CachingEmbedder
 from reweighter.embedding.base import Encoder, Piece
+from reweighter.embedding.batcher import SplitLanes
 from reweighter.embedding.sentence_transformers import SentenceTransformerEncoder
 from reweighter.errors import NotReady, Overloaded
 
@@ -442,3 +443,68 @@ async def test_a_small_tail_joins_the_last_round_instead_of_a_pass_of_its_own() 
         await emb.aclose()
     np.testing.assert_allclose(got, bundled_encoder().encode(texts), atol=1e-5)
 
+
+
+class HeldSplit(Encoder):
+    """The real encoder, whose tokenising of texts longer than `long` waits at a gate, recording
+    the thread each split ran in (not a mock: every piece and vector is the real encoder's)."""
+
+    def __init__(self, inner: SentenceTransformerEncoder, gate: threading.Event, long: int):
+        self.inner, self.gate, self.long = inner, gate, long
+        self.model_id, self.dim, self.device = inner.model_id, inner.dim, inner.device
+        self.held = threading.Event()
+        self.threads: dict[str, str] = {}
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        return self.inner.encode(texts)
+
+    def split(self, texts: Sequence[str]) -> list[Piece]:
+        for t in texts:
+            self.threads[t] = threading.current_thread().name
+        if any(len(t) > self.long for t in texts):
+            self.held.set()
+            assert self.gate.wait(30), "test gate never opened"
+        return self.inner.split(texts)
+
+    def embed_pieces(self, pieces: Sequence[Piece]) -> np.ndarray:
+        return self.inner.embed_pieces(pieces)
+
+    def pool(self, pieces: Sequence[Piece], vecs: np.ndarray) -> np.ndarray:
+        return self.inner.pool(pieces, vecs)
+
+
+async def test_a_large_requests_tokenising_never_holds_up_small_ones() -> None:
+    """Tokenising runs in lanes of the batcher's own threads (SplitLanes): a request over the
+    lanes' `large_chars` in one, the others in the other. With one thread a lane and a large
+    request's tokenising held, a small request is still tokenised, computed and answered."""
+    view = fresh_view()
+    gate = threading.Event()
+    big = huge_text(2)
+    enc = HeldSplit(view, gate, long=len(big) - 1)
+    emb = CachingEmbedder(enc, cache=None)
+    # one thread a lane (the count is the machine's otherwise): the lanes keep them apart
+    emb.batcher._lanes = SplitLanes("test", threads=1, large_chars=len(big) - 1)
+    small = ["a short answer: 4", "another short answer: 5"]
+    try:
+        big_task = asyncio.create_task(emb.aencode([big]))
+        await wait_for(enc.held.is_set)  # the large request's tokenising is held in its lane
+        got_small = await asyncio.wait_for(emb.aencode(small), 30)
+        assert not big_task.done()
+        gate.set()
+        got_big = await big_task
+    finally:
+        gate.set()
+        await emb.aclose()
+    assert enc.threads[big].startswith("test-split-large")
+    assert {enc.threads[t] for t in small} == {"test-split_0"}
+    ref = bundled_encoder()
+    np.testing.assert_allclose(got_small, ref.encode(small), atol=1e-5)
+    np.testing.assert_allclose(got_big, ref.encode([big]), atol=1e-5)
+
+
+def test_split_lanes_stop_and_then_refuse() -> None:
+    lanes = SplitLanes("test", threads=1)
+    assert lanes.submit(lambda jobs: None, []).result(10) is None
+    lanes.shutdown()
+    with pytest.raises(RuntimeError):
+        lanes.submit(lambda jobs: None, [])

@@ -14,17 +14,19 @@ request delays a small one by about one round plus the small request's own work.
 Who owns what (`jobs`): the worker thread owns the queue (the requests in rotation, every
 text's pieces and cursor) and plans each round with no lock held; the event loop only
 registers a request and posts it to the worker's inbox; tokenising (`split`) runs in a helper
-thread that posts the pieces. Identical texts in flight are computed once, whichever requests
-asked for them.
+thread (`SplitLanes`) that posts the pieces. Identical texts in flight are computed once,
+whichever requests asked for them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import cast
 
 import numpy as np
@@ -48,6 +50,67 @@ log = logging.getLogger(__name__)
 
 OnComputed = Callable[[list[str], np.ndarray], None]
 Round = list[Slice[Request, Job]]
+
+
+LARGE_SPLIT_CHARS = 256 * 1024
+"""A request whose new texts hold more characters than this is tokenised in the large lane
+(`SplitLanes`). Why 256 KiB: at 0.15-0.4 us per character (MiniLM's tokenizer, BENCHMARKS Y)
+that is 40-100 ms of tokenising, about one CPU round: a small request waits at most about that
+long behind others in its lane, never behind a 4 MB one."""
+
+
+def split_threads() -> int:
+    """Threads per tokenising lane: half the cores this process may use, 1 to 4. Why: the
+    tokenizer releases the GIL, so a few threads keep a GPU fed (one thread tokenises ~6,400
+    160-word completions a second; an H200 encodes ~19,000 a second); more threads than cores
+    only contend (with asyncio's default executor, cores + 4 threads, tokenising cost 0.18 ms
+    per completion against 0.155 alone: BENCHMARKS Z)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(4, cores // 2))
+
+
+class SplitLanes:
+    """Where requests' texts are tokenised: two small pools of threads of our own, one for
+    ordinary requests and one for large ones (over `large_chars`).
+
+    Why not `asyncio.to_thread`: the event loop would wait on each request's tokenising (a
+    wake-up per request, from a thread of asyncio's shared executor), and it need not: the
+    helper posts the pieces to the worker itself. Why two lanes: with one pool, a request of
+    4 MB would hold a thread for a second or more and small requests behind it would wait
+    (the fairness probes, tests/unit/test_batcher.py); in their own lane they never do.
+    Threads start on first use and stop with `shutdown`."""
+
+    def __init__(self, name: str, threads: int | None = None, large_chars: int = LARGE_SPLIT_CHARS):
+        self.name, self.large_chars = name, large_chars
+        self.threads = threads or split_threads()
+        self._pools: dict[bool, ThreadPoolExecutor] = {}
+        self._lock = threading.Lock()
+        self._shut = False
+
+    def submit(self, fn: Callable[[list[Job]], None], jobs: list[Job]) -> Future[None]:
+        """Run `fn(jobs)` in the lane the texts' size picks. Raises RuntimeError once shut down."""
+        large = sum(len(j.text) for j in jobs) > self.large_chars
+        with self._lock:
+            if self._shut:
+                raise RuntimeError("the tokenising lanes are shut down")
+            pool = self._pools.get(large)
+            if pool is None:
+                suffix = "split-large" if large else "split"
+                pool = self._pools[large] = ThreadPoolExecutor(
+                    self.threads, thread_name_prefix=f"{self.name}-{suffix}"
+                )
+        return pool.submit(fn, jobs)
+
+    def shutdown(self) -> None:
+        """Stop the threads once their queued work is done (without waiting for it)."""
+        with self._lock:
+            self._shut = True
+            pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
+            pool.shutdown(wait=False)
 
 
 class DynamicBatcher:
@@ -85,6 +148,7 @@ class DynamicBatcher:
         self._on_computed = on_computed
         self._model_lock = lock or threading.Lock()
         self._name = name
+        self._lanes = SplitLanes(name)
         # Shared, under `_cond` (held briefly: never while planning or computing).
         self._cond = threading.Condition()
         self._inbox: list[Message] = []
@@ -143,14 +207,12 @@ class DynamicBatcher:
         fut.add_done_callback(lambda f: self._finish_request(req) if f.cancelled() else None)
         if not req.jobs:
             self._finish_request(req)
+        if new:
+            # Tokenising a huge text takes a while: off the loop and off the model's thread.
+            # The helper thread posts the pieces itself, and runs even if this caller goes away
+            # first, so no request that shares these texts waits for pieces that never come.
+            self._split(new)
         try:
-            if new:
-                # Tokenising a huge text takes a while: off the loop and off the model's thread.
-                # The helper thread posts the pieces itself, and runs even if this caller goes
-                # away first (shielded: a cancel would otherwise withdraw it from the executor's
-                # queue before it started), so no request that shares these texts waits for
-                # pieces that never come.
-                await asyncio.shield(asyncio.to_thread(self._prepare, new))
             return await fut
         except asyncio.CancelledError:
             fut.cancel()
@@ -209,6 +271,16 @@ class DynamicBatcher:
         """Under `_cond`: a message for the worker."""
         self._inbox.append(message)
         self._cond.notify_all()
+
+    def _split(self, jobs: list[Job]) -> None:
+        """Hand `jobs` to a tokenising lane (`SplitLanes`); they fail if none takes them."""
+        try:
+            done = self._lanes.submit(self._prepare, jobs)
+        except RuntimeError as exc:  # the lanes were shut down meanwhile (closing)
+            for job in jobs:
+                self._unprepared(job, NotReady(f"the embedder is shutting down ({exc})"))
+            return
+        done.add_done_callback(_log_failure)
 
     def _prepare(self, jobs: list[Job]) -> None:
         """The helper thread: split, then post each text's pieces (or fail just that text)."""
@@ -471,14 +543,22 @@ class DynamicBatcher:
         thread = self._closed()
         if thread is not None:
             await asyncio.to_thread(thread.join)
+        self._lanes.shutdown()
 
     def close(self) -> None:
         thread = self._closed()
         if thread is not None:
             thread.join()
+        self._lanes.shutdown()
 
     def _closed(self) -> threading.Thread | None:
         with self._cond:
             self._closing = True
             self._cond.notify_all()
             return self._thread
+
+
+def _log_failure(done: Future[None]) -> None:
+    """A tokenising helper that raised past its own handling (a bug): logged, never silent."""
+    if not done.cancelled() and (exc := done.exception()) is not None:
+        log.error("tokenising helper failed unexpectedly", exc_info=exc)
