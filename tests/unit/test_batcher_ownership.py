@@ -9,7 +9,6 @@ assumption) while the loop registers another request; the real model computes ev
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import threading
 
@@ -19,6 +18,7 @@ from test_embedding_support import bundled_encoder, fresh_view
 
 import reweighter.embedding.batcher as batcher_module
 from reweighter.embedding import CachingEmbedder
+from reweighter.embedding.batcher import SplitLanes
 
 
 async def test_submit_registers_while_the_worker_is_planning(
@@ -58,33 +58,35 @@ async def test_submit_registers_while_the_worker_is_planning(
 async def test_a_caller_cancelled_before_its_texts_are_split_strands_nobody() -> None:
     """Texts in flight are shared: a second request for the same text waits on the first
     request's tokenising. If the first caller goes away while its tokenising still waits for a
-    free executor thread, the tokenising must run anyway, or the second request would wait for
-    pieces that never come (until its own timeout). One executor thread, held by an Event, so
-    the order is forced without timing assumptions; the real model computes the vector."""
-    loop = asyncio.get_running_loop()
-    pool = concurrent.futures.ThreadPoolExecutor(1)
-    loop.set_default_executor(pool)
-    busy, release = threading.Event(), threading.Event()
-    blocker = loop.run_in_executor(None, lambda: (busy.set(), release.wait(20)))
+    free lane thread, the tokenising must run anyway, or the second request would wait for
+    pieces that never come (until its own timeout). One lane thread, held by an Event, so the
+    order is forced without timing assumptions; the real model computes the vector."""
     emb = CachingEmbedder(fresh_view(), cache=None)
+    emb.batcher._lanes = SplitLanes("test", threads=1)  # one thread, so the blocker holds it
+    busy, release = threading.Event(), threading.Event()
+    blocker = emb.batcher._lanes.submit(lambda jobs: (busy.set(), release.wait(20)), [])
     text = "one text, asked for twice"
+
+    async def until(cond) -> None:  # noqa: ANN001 - a safety net: never hang the suite
+        for _ in range(4000):
+            if cond():
+                return
+            await asyncio.sleep(0.005)
+        raise AssertionError("condition never became true")
+
     try:
-        while not busy.is_set():
-            await asyncio.sleep(0.005)
+        await until(busy.is_set)
         first = asyncio.create_task(emb.aencode([text]))
-        while emb.batcher.preparing < 1:  # registered; its split queued behind the blocker
-            await asyncio.sleep(0.005)
+        await until(lambda: emb.batcher.preparing >= 1)  # its split queued behind the blocker
         second = asyncio.create_task(emb.aencode([text]))  # shares the text in flight
-        while emb.batcher.pending < 2:
-            await asyncio.sleep(0.005)
+        await until(lambda: emb.batcher.pending >= 2)
         first.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await first
         release.set()
-        await blocker
+        blocker.result(20)
         got = await asyncio.wait_for(second, 8)
     finally:
         release.set()
         await emb.aclose()
-        pool.shutdown(wait=False)
     np.testing.assert_allclose(got, bundled_encoder().encode([text]), atol=1e-5)

@@ -347,8 +347,26 @@ class _Round:
             else:
                 heapq.heappush(above, (cost, rank, i))
 
-        for i in range(len(candidates)):
-            offer(i)
+        # The first offers in one pass, sorted once (as offer() one at a time would leave them;
+        # each (cost, rank, i) is distinct): with thousands of texts queued an insort per text
+        # moved the list a few thousand times a round.
+        opened, longest = self._open, self.longest
+        for i, (rank, _req, job) in enumerate(candidates):
+            taken = opened.get(id(job))
+            k = job.scheduled if taken is None else taken.end
+            pieces = job.pieces
+            assert pieces is not None
+            if k >= len(pieces):
+                continue
+            cost = pieces[k].tokens
+            if (caps is not None and over(i, cost)) or (not pad and cost > longest):
+                continue
+            if cost <= longest:
+                below.append((cost, -rank, i))
+            else:
+                above.append((cost, rank, i))
+        below.sort()
+        heapq.heapify(above)
         while not self.full:
             while above and above[0][0] <= self.longest:  # the round grew past it
                 cost, rank, i = heapq.heappop(above)
@@ -408,9 +426,17 @@ def _longest_first(jobs: Sequence[PendingJob]) -> list[PendingJob]:
     """A request's schedulable texts, longest next piece first: the order an anchor hands them
     over in. Why: a round is padded to its longest piece; taken in text order, short and long
     completions mixed and about a third of each batch was padding (measured)."""
-    ready = [j for j in jobs if schedulable(j)]
-    ready.sort(key=lambda j: j.pieces[j.scheduled].tokens, reverse=True)  # type: ignore[index]
-    return ready
+    keyed = [
+        (j.pieces[j.scheduled].tokens, j)
+        for j in jobs
+        if j.pieces is not None and not j.finished and j.scheduled < len(j.pieces)
+    ]
+    keyed.sort(key=_first, reverse=True)  # stable: equal lengths keep their order
+    return [j for _, j in keyed]
+
+
+def _first(pair: tuple[int, PendingJob]) -> int:
+    return pair[0]
 
 
 def _candidates(
@@ -423,9 +449,14 @@ def _candidates(
     seen: set[int] = set()
     cap = max(256, 4 * min(max_rows, 1024))
     for rank, req in enumerate(order):
+        # schedulable(job, at(job)), inlined: this runs for every queued text every round
         for job in req.jobs:
-            if schedulable(job, at(job)) and id(job) not in seen:
-                seen.add(id(job))
+            pieces = job.pieces
+            if pieces is None or job.finished or at(job) >= len(pieces):
+                continue
+            key = id(job)
+            if key not in seen:
+                seen.add(key)
                 out.append((rank, req, job))
         if len(out) >= cap:
             return out, rank == len(order) - 1
