@@ -139,6 +139,10 @@ def _all_finite(new: torch.Tensor, adv: torch.Tensor | None, mask: torch.Tensor)
 def batched_similarity(vectors: list[np.ndarray], g_max: int, dev: torch.device) -> torch.Tensor:
     """[B, G, G] cosine similarities; groups are bucketed by dimension so each bucket is one bmm."""
     b = len(vectors)
+    if b and all(v.shape[0] == g_max and v.shape[1] == vectors[0].shape[1] for v in vectors):
+        # every group full and of one width (the usual request): one stack, no mask, no scatter
+        emb = torch.from_numpy(np.stack(vectors).astype(np.float32, copy=False))
+        return batched_cosine(emb.to(dev), None)
     sim = torch.zeros(b, g_max, g_max, dtype=torch.float32, device=dev)
     by_dim: dict[int, list[int]] = {}
     for i, v in enumerate(vectors):
