@@ -508,3 +508,37 @@ def test_split_lanes_stop_and_then_refuse() -> None:
     lanes.shutdown()
     with pytest.raises(RuntimeError):
         lanes.submit(lambda jobs: None, [])
+
+
+async def test_the_worker_keeps_each_requests_length_index_exact(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The policy reads each request's LengthIndex (plan.py); the worker keeps it as texts are
+    split and rounds take them. At every plan, each request's index is exactly a fresh one:
+    texts shared between requests, texts of several windows, small rounds."""
+    import reweighter.embedding.batcher as batcher_module
+    from reweighter.embedding.plan import LengthIndex
+
+    real_plan = batcher_module.plan
+    checked: list[int] = []
+
+    def checking_plan(pending, budget, *shares):  # noqa: ANN001, ANN202 - plan's signature
+        for req in pending:
+            assert req.length_index.entries == LengthIndex(req.jobs).entries
+        checked.append(len(pending))
+        return real_plan(pending, budget, *shares)
+
+    monkeypatch.setattr(batcher_module, "plan", checking_plan)
+    view = fresh_view()
+    gate = threading.Event()
+    rec = SliceRecorder(view, gate)
+    emb = CachingEmbedder(rec, cache=None, slice_tokens=view.window)
+    emb.batcher.round_tokens = 2 * view.window  # many small rounds
+    reqs = [[huge_text(3), f"request {i}: the answer is {i}", "the shared final answer",
+             *(f"request {i}, step {k}: {k} + {k} = {2 * k}" for k in range(i))]
+            for i in range(6)]  # fmt: skip
+    got = await queued_behind_a_held_request(emb, rec, reqs)
+    assert len(checked) >= 6 and max(checked) >= 6
+    ref = bundled_encoder()
+    for texts, vecs in zip(reqs, got, strict=True):
+        np.testing.assert_allclose(vecs, ref.encode(texts), atol=1e-5)

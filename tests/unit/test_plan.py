@@ -7,6 +7,7 @@ Every expected round is computed by hand from the rule in reweighter/embedding/p
 from __future__ import annotations
 
 import copy
+import random
 from dataclasses import dataclass, field
 
 import pytest
@@ -14,11 +15,14 @@ import pytest
 from reweighter.embedding.base import Budget, Piece
 from reweighter.embedding.plan import (
     LINGER_ROUNDS,
+    LengthIndex,
     Range,
     RoundBudget,
     Slice,
+    _plan_scan,
     plan,
     round_budget,
+    schedulable,
     tenants_around,
 )
 
@@ -282,3 +286,77 @@ def test_a_light_request_is_whole_in_a_one_slice_round() -> None:
     light = TReq([J([10]), J([10])], seq=9, tenant="light")
     got = plan([*flood, light], one, shares)
     assert got[0].request is light and tokens_of(got) == {"light": 20, "flood": 10}
+
+
+# -- the length index: the one-tenant rule from the indices, against the scan ----------------
+
+
+def _workload(rng: random.Random, most: int) -> list[Req]:
+    """Requests of mixed sizes and lengths: single pieces, long texts of many windows, texts
+    shared between requests, texts not split yet; at most `most` texts in all."""
+    reqs: list[Req] = []
+    pool: list[J] = []
+    for seq in range(rng.randint(1, 12)):
+        jobs: list[J] = []
+        for _ in range(min(rng.choice([1, 2, 4, 16, 64, 200]), most - len(pool))):
+            if pool and rng.random() < 0.05:
+                shared = rng.choice(pool)
+                if shared not in jobs:
+                    jobs.append(shared)
+                continue
+            windows = [rng.choice([64, 256])] * rng.randint(0, 4) if rng.random() < 0.15 else []
+            job = J([*windows, rng.randint(1, 256)])
+            if rng.random() < 0.03:
+                job.pieces = None  # still being split
+            jobs.append(job)
+            pool.append(job)
+        if jobs:
+            reqs.append(Req(jobs, seq=seq))
+    return reqs
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_indexed_plan_takes_the_rounds_the_scan_takes(seed: int) -> None:
+    """`plan` with one tenant reads each request's LengthIndex (kept as the batcher's worker
+    keeps it: built on arrival, `moved` per round); `_plan_scan` reads every queued text, the
+    rule as it was. Round after round, until all is served, the two take the same ranges for
+    the same requests. Budgets from a CPU's (one-pass rounds) to a GPU's. (The scan's fill
+    looks at the first max(256, 4 x rows) queued texts only, the index at all of them: the
+    workloads stay within that bound, where the two must agree.)"""
+    rng = random.Random(seed)
+    rows = rng.choice([4, 64, 4096])
+    reqs = _workload(rng, max(256, 4 * min(rows, 1024)))
+    holders: dict[int, list[Req]] = {}
+    for r in reqs:
+        r.length_index = LengthIndex(r.jobs)
+        for j in r.jobs:
+            holders.setdefault(id(j), []).append(r)
+    slice_tokens = rng.choice([1, 256, 512, 4096])
+    b = RoundBudget(Budget(rng.choice([512, 2048, 8192, 65536]), rows), slice_tokens)
+    active, turn = list(reqs), 0
+    unsplit = [j for r in reqs for j in r.jobs if j.pieces is None]
+    while active:
+        order = sorted(active, key=lambda r: (r.turn, r.seq))
+        want = _plan_scan(order, b, None, None)
+        got = plan(active, b)
+        assert taken(got) == taken(want)
+        assert [s.request for s in got] == [s.request for s in want]
+        if not got:
+            if not unsplit:
+                break
+            job = unsplit.pop()  # its pieces arrive: the worker indexes it in its holders
+            job.pieces = [Piece(0, n, None) for n in job.tokens]
+            for r in holders[id(job)]:
+                r.length_index.add(job)
+            continue
+        turn += 1
+        for s in got:
+            for rg in s.ranges:
+                was, rg.job.scheduled = rg.job.scheduled, rg.end
+                for r in holders[id(rg.job)]:
+                    r.length_index.moved(rg.job, was)
+            s.request.turn = turn
+        for r in active:  # the index stays exact: one entry per schedulable text
+            assert r.length_index.entries == LengthIndex(r.jobs).entries
+        active = [r for r in active if any(schedulable(j) or j.pieces is None for j in r.jobs)]
+    assert all(j.scheduled == len(j.pieces) for r in reqs for j in r.jobs if j.pieces)

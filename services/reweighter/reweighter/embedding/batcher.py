@@ -35,6 +35,7 @@ from reweighter.embedding.base import Budget, Encoder, Piece
 from reweighter.embedding.jobs import Abandon, Job, Message, NewRequest, Request, Split
 from reweighter.embedding.plan import (
     LINGER_ROUNDS,
+    LengthIndex,
     Range,
     RoundBudget,
     Slice,
@@ -171,6 +172,7 @@ class DynamicBatcher:
         self._round = 0
         self._vtime: dict[str, float] = {}
         self._last_live: dict[str, int] = {}
+        self._holders: dict[int, list[Request]] = {}  # id(job) -> active requests holding it
 
     @property
     def pending(self) -> int:
@@ -339,6 +341,7 @@ class DynamicBatcher:
             for m in messages:
                 self._apply(m)
             self._drop_unwanted()
+            self._retire([r for r in self._active if not r.live])
             self._active = [r for r in self._active if r.live]  # drop finished requests
             shares = self._shares()
             budget = self._round_budget()
@@ -354,6 +357,16 @@ class DynamicBatcher:
                     if self._closing and not any(r.live for r in self._active):
                         return None
                     self._cond.wait()
+
+    def _retire(self, gone: list[Request]) -> None:
+        """Requests leaving the rotation no longer hold their texts (for the indices)."""
+        for req in gone:
+            for job in req.jobs:
+                holders = self._holders.get(id(job))
+                if holders is not None and req in holders:
+                    holders.remove(req)
+                    if not holders:
+                        del self._holders[id(job)]
 
     def _drop_unwanted(self) -> None:
         """Requests whose deadline passed or whose client went away are answered with
@@ -399,11 +412,17 @@ class DynamicBatcher:
 
     def _apply(self, m: Message) -> None:
         if isinstance(m, NewRequest):
-            self._active.append(m.request)
+            req = m.request
+            req.length_index = LengthIndex(req.jobs)  # its texts already split (shared) in it
+            for job in req.jobs:
+                self._holders.setdefault(id(job), []).append(req)
+            self._active.append(req)
         elif isinstance(m, Split):
             if not m.job.finished:
                 m.job.pieces = m.pieces
                 m.job.vecs = np.empty((len(m.pieces), self.encoder.dim), dtype=np.float32)
+                for req in self._holders.get(id(m.job), ()):
+                    req.length_index.add(m.job)  # type: ignore[union-attr]
         elif not m.job.waiters and not m.job.finished:  # Abandon, and nobody came back
             m.job.error = NotReady("abandoned: every caller went away")
 
@@ -416,7 +435,9 @@ class DynamicBatcher:
                 tokens = sum(p.tokens for p in self._pieces(s.ranges))
                 self._vtime[req.tenant] = self._vtime.get(req.tenant, 0.0) + tokens / req.weight
             for r in s.ranges:
-                r.job.scheduled = r.end
+                was, r.job.scheduled = r.job.scheduled, r.end
+                for holder in self._holders.get(id(r.job), ()):
+                    holder.length_index.moved(r.job, was)  # type: ignore[union-attr]
             if req.turn == -1 and req.timings is not None:
                 req.timings.queue_s = time.perf_counter() - req.submitted
             req.turn = self._round

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from reweighter.embedding.base import Piece
+from reweighter.embedding.plan import LengthIndex
 from reweighter.tenancy import DEFAULT_TENANT, Deadline
 from reweighter.timings import RequestTimings
 
@@ -55,6 +56,8 @@ class Request:
     tenant: str = DEFAULT_TENANT  # whose request (the policy shares the encoder by tenant)
     weight: float = 1.0  # that tenant's weight
     deadline: Deadline | None = None  # past it (or its client gone) it is dropped unserved
+    # its schedulable texts by next-piece length, for the policy (plan.LengthIndex; worker-owned)
+    length_index: LengthIndex | None = None
 
     @property
     def live(self) -> bool:
