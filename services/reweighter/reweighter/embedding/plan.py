@@ -11,7 +11,9 @@ The rule. A round is bounded by `budget.batch` (rows x longest piece, as a forwa
 The least recently served request anchors it: whole, when at most `budget.slice_tokens` of it
 is left, else its longest next piece. The rest of the round is filled, one piece at a time,
 with whichever pending piece pads least against it (older requests first among equals); when
-everything pending then fits within `Budget.fits_with_tail`, the round takes it all.
+everything pending then fits within `Budget.fits_with_tail`, the round takes it all. With one
+tenant the fill reads each request's `LengthIndex` (kept by the worker) by bisection instead of
+scanning every queued text: the same rounds, at a cost per round of what the round takes.
 
 Tenants (reweighter.tenancy; no job can starve another): with requests of several tenants
 pending, the tenants share the encoder by weight first, then a tenant's requests share its part
