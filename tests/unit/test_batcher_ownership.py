@@ -90,3 +90,27 @@ async def test_a_caller_cancelled_before_its_texts_are_split_strands_nobody() ->
         release.set()
         await emb.aclose()
     np.testing.assert_allclose(got, bundled_encoder().encode([text]), atol=1e-5)
+
+
+async def test_a_planning_failure_answers_the_waiting_requests(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A bug in the policy must not kill the worker and leave every caller waiting: the
+    requests then queued get the error, and the next request is served as usual."""
+    real_plan = batcher_module.plan
+    failures = [RuntimeError("a planning bug")]
+
+    def failing_once(pending, budget, *shares):  # noqa: ANN001, ANN202 - plan's signature
+        if failures and pending:
+            raise failures.pop()
+        return real_plan(pending, budget, *shares)
+
+    monkeypatch.setattr(batcher_module, "plan", failing_once)
+    emb = CachingEmbedder(fresh_view(), cache=None)
+    try:
+        with pytest.raises(RuntimeError, match="a planning bug"):
+            await asyncio.wait_for(emb.aencode(["the first request"]), 30)
+        got = await asyncio.wait_for(emb.aencode(["the next request"]), 30)
+    finally:
+        await emb.aclose()
+    np.testing.assert_allclose(got, bundled_encoder().encode(["the next request"]), atol=1e-5)

@@ -323,7 +323,16 @@ class DynamicBatcher:
 
     # -- the worker side ----------------------------------------------------------------------
     def _run(self) -> None:
-        while (round_ := self._next_round()) is not None:
+        while True:
+            try:
+                round_ = self._next_round()
+            except Exception as exc:  # a bug in planning: answer everyone, never leave a hang
+                log.exception("planning an embedding round failed unexpectedly")
+                for req in self._active:
+                    self._finish_request(req, exc)
+                continue
+            if round_ is None:
+                return
             try:
                 self._serve(round_)
             except BaseException as exc:  # never let the worker die with callers waiting
