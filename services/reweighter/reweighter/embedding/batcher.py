@@ -422,9 +422,14 @@ class DynamicBatcher:
     def _apply(self, m: Message) -> None:
         if isinstance(m, NewRequest):
             req = m.request
-            req.length_index = LengthIndex(req.jobs)  # its texts already split (shared) in it
+            ix = req.length_index = LengthIndex(req.jobs)  # its texts already split: in it
+            ix.shared = set()
             for job in req.jobs:
-                self._holders.setdefault(id(job), []).append(req)
+                holders = self._holders.setdefault(id(job), [])
+                holders.append(req)
+                if len(holders) > 1:  # a text in flight for several requests (plan._Views)
+                    for holder in holders:
+                        holder.length_index.shared.add(id(job))  # type: ignore[union-attr]
             self._active.append(req)
         elif isinstance(m, Split):
             if not m.job.finished:

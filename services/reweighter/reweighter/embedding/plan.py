@@ -275,11 +275,14 @@ class LengthIndex:
     Exact by construction: one entry per schedulable text, for its next piece. An entry that no
     longer matches its text (failed, abandoned meanwhile) is skipped where it is read."""
 
-    __slots__ = ("jobs", "entries", "_pos")
+    __slots__ = ("jobs", "entries", "_pos", "shared")
 
     def __init__(self, jobs: Sequence[PendingJob]) -> None:
         self.jobs = jobs
         self._pos = {id(j): k for k, j in enumerate(jobs)}
+        # ids of its texts another request holds too (the worker marks them as requests
+        # arrive; it may keep one marked after the other request left); None: not known
+        self.shared: set[int] | None = None
         self.entries: list[tuple[int, int]] = sorted(
             (j.pieces[j.scheduled].tokens, k)  # type: ignore[index]
             for k, j in enumerate(jobs)
@@ -382,12 +385,21 @@ class _Views:
     def __init__(self, order: Sequence[PendingRequest], ixs: list[LengthIndex], rnd: _Round):
         self.order, self.ixs, self.rnd = order, ixs, rnd
         self._first: dict[int, int] = {}
+        if all(ix.shared is not None for ix in ixs):
+            self._shared: list[set[int]] = [ix.shared for ix in ixs]  # type: ignore[misc]
+        else:  # not kept (the tests' fakes): texts in two or more of these requests
+            seen: set[int] = set()
+            twice: set[int] = set()
+            for ix in ixs:
+                twice.update(seen.intersection(ix._pos))
+                seen.update(ix._pos)
+            self._shared = [twice] * len(ixs)
 
     def usable(self, rank: int, e: tuple[int, int]) -> PendingJob | None:
         job = self.ixs[rank].job(e)
         if job is None or id(job) in self.rnd._open:
             return None
-        if rank and self._first_holder(id(job)) != rank:
+        if rank and id(job) in self._shared[rank] and self._first_holder(id(job)) != rank:
             return None
         return job
 
@@ -570,8 +582,14 @@ class _Round:
         """`fill` (one tenant, pad=True) over the indices: the same choice each step (least
         waste; among equals the older request, then as `fill` orders its candidates), reading
         per request only the entries next to the round's longest. Texts the round touched come
-        back through `offer` as in `fill`."""
-        order = views.order
+        back through `offer` as in `fill`.
+
+        Per request a head below (its best entry at most the round's longest) and a head above
+        (its shortest entry over it), in two heaps; a request's heads are recomputed when it is
+        picked from or when the round's longest passes its head above (only then can entries
+        change sides). Superseded heads stay in the heaps, marked by a version, and are
+        skipped."""
+        order, ixs = views.order, views.ixs
         below: list[tuple[int, int, int]] = []  # touched texts' next pieces: (cost, -rank, pos)
         above: list[tuple[int, int, int]] = []  # (cost, rank, pos)
         jobs: dict[tuple[int, int], tuple[PendingRequest, PendingJob]] = {}
@@ -581,7 +599,7 @@ class _Round:
             k = self.at(job)
             if k >= len(job.pieces):
                 return
-            pos = views.ixs[rank]._pos[id(job)]
+            pos = ixs[rank]._pos[id(job)]
             jobs[rank, pos] = (req, job)
             cost = job.pieces[k].tokens
             if cost <= self.longest:
@@ -591,47 +609,61 @@ class _Round:
 
         for o in list(self._open.values()):  # the anchor's texts with pieces left
             offer(o.rank, o.request, o.job)
-        # The indices' heads: per request its best entry at most `cap` (below) and over the
-        # round's longest (above); rebuilt when the longest grows.
-        cap = None  # once the fill gave up on longer pieces, entries above this stay dropped
+        n = len(order)
+        bver, aver = [0] * n, [0] * n
+        head_below: list[tuple[int, int, int, int, int]] = []  # (-cost, rank, -pos, at, ver)
+        head_above: list[tuple[int, int, int, int, int]] = []  # (cost, rank, pos, at, ver)
+        cap: int | None = None  # once the fill gave up on longer pieces, those stay dropped
         lazy_above = True
 
-        def heads() -> tuple[list, list]:
-            lo = self.longest if cap is None else min(self.longest, cap)
-            hb, ha = [], []
-            for rank in range(len(order)):
-                b = views.below(rank, lo)
-                if b is not None:
-                    hb.append((-b[1], rank, -views.ixs[rank].entries[b[0]][1], b[0]))
-                if lazy_above:
-                    a = views.above(rank, self.longest)
-                    if a is not None:
-                        ha.append((a[1], rank, views.ixs[rank].entries[a[0]][1], a[0]))
-            heapq.heapify(hb)
-            heapq.heapify(ha)
-            return hb, ha
+        def limit() -> int:
+            return self.longest if cap is None else min(self.longest, cap)
 
-        head_below, head_above = heads()
+        def push_below(rank: int, start: int | None = None) -> None:
+            bver[rank] += 1
+            got = views.below(rank, limit(), start)
+            if got is not None:
+                at, cost = got
+                entry = (-cost, rank, -ixs[rank].entries[at][1], at, bver[rank])
+                heapq.heappush(head_below, entry)
+
+        def push_above(rank: int, start: int | None = None) -> None:
+            aver[rank] += 1
+            got = views.above(rank, self.longest, start) if lazy_above else None
+            if got is not None:
+                at, cost = got
+                entry = (cost, rank, ixs[rank].entries[at][1], at, aver[rank])
+                heapq.heappush(head_above, entry)
+
+        def top(heap: list, ver: list[int]) -> tuple | None:
+            while heap and heap[0][4] != ver[heap[0][1]]:
+                heapq.heappop(heap)
+            return heap[0] if heap else None
+
+        for rank in range(n):
+            push_below(rank)
+            push_above(rank)
         longest = self.longest
         while not self.full:
-            if self.longest != longest:  # the round grew: entries between are below now
+            if self.longest != longest:  # the round grew: what it passed is below now
                 longest = self.longest
                 while above and above[0][0] <= longest:
                     cost, rank, pos = heapq.heappop(above)
                     bisect.insort(below, (cost, -rank, pos))
-                head_below, head_above = heads()
+                while (h := top(head_above, aver)) is not None and h[0] <= longest:
+                    push_below(h[1])
+                    push_above(h[1])
             # the best below: max (cost, -rank, pos) of the touched ones and the heads
             best_b = below[-1] if below else None
-            if head_below:
-                c, rank, npos, _ = head_below[0]
-                cand = (-c, -rank, -npos)
+            hb = top(head_below, bver)
+            if hb is not None:
+                cand = (-hb[0], -hb[1], -hb[2])
                 if best_b is None or cand > best_b:
                     best_b = cand
             best_a = above[0] if above else None
-            if head_above:
-                c, rank, pos, _ = head_above[0]
-                if best_a is None or (c, rank, pos) < best_a:
-                    best_a = (c, rank, pos)
+            ha = top(head_above, aver)
+            if ha is not None and (best_a is None or ha[:3] < best_a):
+                best_a = ha[:3]
             waste_below = self.longest - best_b[0] if best_b is not None else None
             waste_above = self.count * (best_a[0] - self.longest) if best_a is not None else None
             if waste_below is None and waste_above is None:
@@ -641,12 +673,12 @@ class _Round:
             )
             cost = best_b[0] if use_below else best_a[0]  # type: ignore[index]
             if not self._room(cost):
-                if use_below or not (below or head_below):
+                if use_below or not (below or hb is not None):
                     self.full = True
                     return
                 above.clear()  # nothing longer fits any more; shorter pieces still might
-                head_above = []
                 lazy_above = False
+                aver = [v + 1 for v in aver]  # every head above dropped
                 cap = self.longest if cap is None else cap
                 continue
             if use_below:
@@ -656,12 +688,9 @@ class _Round:
                     below.pop()
                     req, job = jobs[rank, pos]
                 else:
-                    _, _, _, j = heapq.heappop(head_below)
-                    req, job = order[rank], views.ixs[rank].jobs[pos]
-                    nxt = views.below(rank, self.longest if cap is None else cap, j - 1)
-                    if nxt is not None:
-                        heapq.heappush(head_below, (-nxt[1], rank,
-                                                    -views.ixs[rank].entries[nxt[0]][1], nxt[0]))
+                    assert hb is not None
+                    req, job = order[rank], ixs[rank].jobs[pos]
+                    push_below(rank, hb[3] - 1)
             else:
                 assert best_a is not None
                 rank, pos = best_a[1], best_a[2]
@@ -669,12 +698,9 @@ class _Round:
                     heapq.heappop(above)
                     req, job = jobs[rank, pos]
                 else:
-                    _, _, _, j = heapq.heappop(head_above)
-                    req, job = order[rank], views.ixs[rank].jobs[pos]
-                    nxt = views.above(rank, self.longest, j + 1)
-                    if nxt is not None:
-                        heapq.heappush(head_above, (nxt[1], rank,
-                                                    views.ixs[rank].entries[nxt[0]][1], nxt[0]))
+                    assert ha is not None
+                    req, job = order[rank], ixs[rank].jobs[pos]
+                    push_above(rank, ha[3] + 1)
             self._add(req, rank, job)
             offer(rank, req, job)  # the same text's next window, if it has one
 
