@@ -62,10 +62,11 @@ long behind others in its lane, never behind a 4 MB one."""
 
 def split_threads() -> int:
     """Threads per tokenising lane: half the cores this process may use, 1 to 4. Why: the
-    tokenizer releases the GIL, so a few threads keep a GPU fed (one thread tokenises ~6,400
-    160-word completions a second; an H200 encodes ~19,000 a second); more threads than cores
-    only contend (with asyncio's default executor, cores + 4 threads, tokenising cost 0.18 ms
-    per completion against 0.155 alone: BENCHMARKS Z)."""
+    tokenizer releases the GIL, so a few threads keep a GPU fed (one thread tokenises ~5,000-
+    7,000 160-word completions a second, an H200 encodes ~19,000), and the other half of the
+    cores stays with the event loop and the encoder's thread. asyncio's default executor
+    (cores + 4 threads) tokenised at the same CPU per completion (0.18 ms against 0.17-0.18
+    in one lane thread; BENCHMARKS Z): the lanes' gain is the event loop's, not the threads'."""
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # pragma: no cover - not Linux

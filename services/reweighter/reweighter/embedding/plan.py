@@ -275,11 +275,11 @@ class LengthIndex:
     Exact by construction: one entry per schedulable text, for its next piece. An entry that no
     longer matches its text (failed, abandoned meanwhile) is skipped where it is read."""
 
-    __slots__ = ("jobs", "entries", "_pos", "shared")
+    __slots__ = ("jobs", "entries", "pos", "shared")
 
     def __init__(self, jobs: Sequence[PendingJob]) -> None:
         self.jobs = jobs
-        self._pos = {id(j): k for k, j in enumerate(jobs)}
+        self.pos = {id(j): k for k, j in enumerate(jobs)}
         # ids of its texts another request holds too (the worker marks them as requests
         # arrive; it may keep one marked after the other request left); None: not known
         self.shared: set[int] | None = None
@@ -291,13 +291,13 @@ class LengthIndex:
 
     def add(self, job: PendingJob) -> None:
         """`job` (of this request) is schedulable now, or again at a new piece: index it."""
-        k = self._pos.get(id(job))
+        k = self.pos.get(id(job))
         if k is not None and schedulable(job):
             bisect.insort(self.entries, (job.pieces[job.scheduled].tokens, k))  # type: ignore[index]
 
     def moved(self, job: PendingJob, was: int) -> None:
         """A round took `job`'s pieces from `was` on: its entry moves to its new next piece."""
-        k = self._pos.get(id(job))
+        k = self.pos.get(id(job))
         if k is None or job.pieces is None:
             return
         if was < len(job.pieces):
@@ -391,8 +391,8 @@ class _Views:
             seen: set[int] = set()
             twice: set[int] = set()
             for ix in ixs:
-                twice.update(seen.intersection(ix._pos))
-                seen.update(ix._pos)
+                twice.update(seen.intersection(ix.pos))
+                seen.update(ix.pos)
             self._shared = [twice] * len(ixs)
 
     def usable(self, rank: int, e: tuple[int, int]) -> PendingJob | None:
@@ -407,7 +407,7 @@ class _Views:
         """The first request in rotation whose index holds the text `key`."""
         got = self._first.get(key)
         if got is None:
-            got = self._first[key] = next(r for r, ix in enumerate(self.ixs) if key in ix._pos)
+            got = self._first[key] = next(r for r, ix in enumerate(self.ixs) if key in ix.pos)
         return got
 
     def below(self, rank: int, limit: int, start: int | None = None) -> tuple[int, int] | None:
@@ -599,7 +599,7 @@ class _Round:
             k = self.at(job)
             if k >= len(job.pieces):
                 return
-            pos = ixs[rank]._pos[id(job)]
+            pos = ixs[rank].pos[id(job)]
             jobs[rank, pos] = (req, job)
             cost = job.pieces[k].tokens
             if cost <= self.longest:
@@ -713,7 +713,7 @@ class _Round:
         rows, longest = self.count, self.longest
         left: list[tuple[int, int, PendingRequest, PendingJob]] = []
         for o in self._open.values():
-            left.append((o.rank, views.ixs[o.rank]._pos[id(o.job)], o.request, o.job))
+            left.append((o.rank, views.ixs[o.rank].pos[id(o.job)], o.request, o.job))
         for rank, ix in enumerate(views.ixs):
             for e in ix.entries:
                 job = views.usable(rank, e)
