@@ -262,3 +262,23 @@ def test_errors_are_immutable_and_survive_pickling() -> None:
     assert (ConnectionFailed.http_status, ConnectionFailed.grpc_code) == (503, "UNAVAILABLE")
     custom = ReweighterError("teapot", http_status=418)
     assert custom.http_status == 418 and ReweighterError.http_status == 500
+
+
+@pytest.mark.parametrize("ragged", [False, True])
+def test_an_overflowing_result_is_refused_naming_its_group(
+    bare: ReweightEngine, ragged: bool
+) -> None:
+    """grpo's std of +-1.7e308 overflows float64: the group is refused by name, whether the
+    groups are all full (the unmasked check) or of mixed sizes (the masked one), and a
+    well-behaved group beside it does not hide it."""
+    emb = np.eye(3, 2, dtype=np.float32) + 0.1
+    full = Group([1.0, 0.5, 0.0], embeddings=emb)
+    first = Group([1.0, 0.5], embeddings=emb[:2]) if ragged else full
+    request = ReweightRequest(
+        groups=[first, Group([1.7e308, -1.7e308, 0.0], embeddings=emb)],
+        method="dra",
+        advantages=AdvantageKind.GRPO,
+    )
+    with pytest.raises(InvalidInput) as info:
+        bare.reweight(request)
+    assert info.value.field == "groups[1].rewards"

@@ -12,7 +12,7 @@ import torch
 
 from ..errors import InvalidInput
 from ..methods import batched_advantages, batched_cosine, batched_mean_similarity, get_method
-from ..methods._checks import Batch
+from ..methods._checks import Batch, all_finite
 from ..methods.classes import (
     answer_labels,
     class_counts,
@@ -39,13 +39,18 @@ def reweight_checked(
     with torch.inference_mode():
         # float64: rewards are any finite doubles (3e38, 1e20 apart from 0); in float32 their
         # sums overflow or their differences round away. The similarities stay float32.
-        rewards = torch.zeros(b, g_max, dtype=torch.float64, device=device)
-        mask = torch.zeros(b, g_max, dtype=torch.bool, device=device)
-        for i, r in enumerate(checked.rewards):
-            rewards[i, : len(r)] = torch.tensor(r, dtype=torch.float64)
-            mask[i, : len(r)] = True
+        if all(len(r) == g_max for r in checked.rewards):  # the usual request: no padding
+            rewards = torch.tensor(checked.rewards, dtype=torch.float64, device=device)
+            mask = torch.ones(b, g_max, dtype=torch.bool, device=device)
+            ragged = None
+        else:
+            rewards = torch.zeros(b, g_max, dtype=torch.float64, device=device)
+            mask = torch.zeros(b, g_max, dtype=torch.bool, device=device)
+            for i, r in enumerate(checked.rewards):
+                rewards[i, : len(r)] = torch.tensor(r, dtype=torch.float64)
+                mask[i, : len(r)] = True
+            ragged = mask
         sim = batched_similarity(vectors, g_max, device)
-        ragged = None if bool(mask.all()) else mask
         ctx = _context(checked, sim, ragged, counts, device)
         # A method that declares it needs no similarity gets none (it still feeds the stats).
         given = sim if spec.needs_similarity else None
@@ -65,7 +70,7 @@ def reweight_checked(
             else:
                 new = after(new, rewards, ragged, checked.params, ctx=ctx)
         mean_sim = batched_mean_similarity(sim, ragged)
-        _all_finite(new, adv, mask)
+        _all_finite(new, adv, ragged)
         new_l, mean_l = new.cpu().tolist(), mean_sim.cpu().tolist()
         eff_l = effective_size(sim, ragged).cpu().tolist()
         adv_l = adv.cpu().tolist() if adv is not None else None
@@ -121,9 +126,13 @@ def _context(
     return MethodContext(classes=classes, answered=answered, counts=count_t)
 
 
-def _all_finite(new: torch.Tensor, adv: torch.Tensor | None, mask: torch.Tensor) -> None:
+def _all_finite(new: torch.Tensor, adv: torch.Tensor | None, mask: torch.Tensor | None) -> None:
     """Rewards near the float64 range can still overflow (a sum, a square): refuse the group
-    rather than answer a NaN or an infinity."""
+    rather than answer a NaN or an infinity. `mask`: the valid items (None: all)."""
+    if mask is None and all_finite(new) and (adv is None or all_finite(adv)):
+        return  # the usual answer: one check each, no mask
+    if mask is None:
+        mask = torch.ones(new.shape, dtype=torch.bool, device=new.device)
     bad = ~torch.isfinite(new) & mask
     if adv is not None:
         bad |= ~torch.isfinite(adv) & mask
