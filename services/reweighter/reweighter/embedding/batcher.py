@@ -351,8 +351,10 @@ class DynamicBatcher:
             for m in messages:
                 self._apply(m)
             self._drop_unwanted()
-            self._retire([r for r in self._active if not r.live])
-            self._active = [r for r in self._active if r.live]  # drop finished requests
+            gone = [r for r in self._active if not r.live]
+            if gone:  # drop finished requests (and their hold on their texts)
+                self._retire(gone)
+                self._active = [r for r in self._active if r.live]
             shares = self._shares()
             budget = self._round_budget()
             planned = (

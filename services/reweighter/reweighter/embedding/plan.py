@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
@@ -212,7 +213,7 @@ def _plan_scan(
         # request is answered after one round); otherwise its longest piece anchors the round
         # and the fill adds what pads least (whole requests of mixed lengths as anchors padded
         # every round to their longest: 0.956 against 0.973).
-        whole = _left_at_most(req, budget.slice_tokens)
+        whole = _left_at_most(req.jobs, budget.slice_tokens)
         rnd.anchor(req, rank, _longest_first(req.jobs), budget.slice_tokens if whole else 1)
     if rnd.count and not rnd.full:
         candidates, complete = _candidates(order, budget.batch.rows, rnd.at)
@@ -325,7 +326,7 @@ def _has_work(req: PendingRequest) -> bool:
     ix = getattr(req, "length_index", None)
     if ix is None:
         return any(schedulable(j) for j in req.jobs)
-    return any(ix.job(e) is not None for e in ix.entries)
+    return next(_indexed_jobs(ix), None) is not None
 
 
 def _plan_indexed(order: Sequence[R], budget: RoundBudget) -> list[Slice[R, PendingJob]]:
@@ -338,7 +339,7 @@ def _plan_indexed(order: Sequence[R], budget: RoundBudget) -> list[Slice[R, Pend
     for rank, req in enumerate(order):
         if rnd.count:
             break
-        whole = _left_at_most_indexed(ixs[rank], budget.slice_tokens)
+        whole = _left_at_most(_indexed_jobs(ixs[rank]), budget.slice_tokens)
         limit = budget.slice_tokens if whole else 1
         rnd.anchor(req, rank, _longest_first_indexed(ixs[rank]), limit)
     if rnd.count and not rnd.full:
@@ -362,19 +363,9 @@ def _longest_first_indexed(ix: LengthIndex) -> Iterator[PendingJob]:
         end = start
 
 
-def _left_at_most_indexed(ix: LengthIndex, tokens: int) -> bool:
-    """`_left_at_most` from the index (reads no further than `tokens`)."""
-    left = 0
-    for e in ix.entries:
-        job = ix.job(e)
-        if job is None:
-            continue
-        assert job.pieces is not None
-        for k in range(job.scheduled, len(job.pieces)):
-            left += job.pieces[k].tokens
-            if left > tokens:
-                return False
-    return True
+def _indexed_jobs(ix: LengthIndex) -> Iterator[PendingJob]:
+    """The texts `ix` stands for now, in index order (stale entries skipped)."""
+    return (job for e in ix.entries if (job := ix.job(e)) is not None)
 
 
 class _Views:
@@ -711,24 +702,20 @@ class _Round:
         if not self.count:
             return
         rows, longest = self.count, self.longest
+        pending = itertools.chain(
+            ((o.rank, views.ixs[o.rank].pos[id(o.job)], o.request, o.job)
+             for o in list(self._open.values())),  # the round's texts with pieces left
+            ((rank, e[1], views.order[rank], job) for rank, ix in enumerate(views.ixs)
+             for e in ix.entries if (job := views.usable(rank, e)) is not None),
+        )  # fmt: skip
         left: list[tuple[int, int, PendingRequest, PendingJob]] = []
-        for o in self._open.values():
-            left.append((o.rank, views.ixs[o.rank].pos[id(o.job)], o.request, o.job))
-        for rank, ix in enumerate(views.ixs):
-            for e in ix.entries:
-                job = views.usable(rank, e)
-                if job is not None:
-                    left.append((rank, e[1], views.order[rank], job))
-                    for k in range(job.scheduled, len(job.pieces)):  # type: ignore[arg-type]
-                        rows += 1
-                        longest = max(longest, job.pieces[k].tokens)  # type: ignore[index]
-                        if not self.batch.fits_with_tail(rows, longest):
-                            return
-        for o in self._open.values():
-            assert o.job.pieces is not None
-            for k in range(o.end, len(o.job.pieces)):
+        for item in pending:  # stops as soon as it cannot fit: a huge queue costs a round's worth
+            left.append(item)
+            job = item[3]
+            assert job.pieces is not None
+            for k in range(self.at(job), len(job.pieces)):
                 rows += 1
-                longest = max(longest, o.job.pieces[k].tokens)
+                longest = max(longest, job.pieces[k].tokens)
                 if not self.batch.fits_with_tail(rows, longest):
                     return
         left.sort(key=lambda t: (t[0], t[1]))
@@ -808,10 +795,11 @@ def _candidates(
     return out, True
 
 
-def _left_at_most(req: PendingRequest, tokens: int) -> bool:
-    """Whether `req` has at most `tokens` left to schedule (reads no further than that)."""
+def _left_at_most(jobs: Iterable[PendingJob], tokens: int) -> bool:
+    """Whether the schedulable `jobs` have at most `tokens` left to schedule (reads no further
+    than that)."""
     left = 0
-    for job in req.jobs:
+    for job in jobs:
         if schedulable(job):
             assert job.pieces is not None
             for k in range(job.scheduled, len(job.pieces)):
