@@ -109,3 +109,118 @@ def test_line_breaks_need_a_whitespace_splitting_pre_tokenizer(backend) -> None:
     assert fast is not None
     texts = fuzz_texts(300, seed=11)
     assert token_ids(other, fast, texts) == full_ids(other, texts)
+
+
+# -- words remembered (ascii_ids.WordIds) ---------------------------------------------------
+
+
+def repetitive_texts(n: int, seed: int) -> list[str]:
+    """Plain texts whose words repeat (as completions' do), each with a few of the fuzz's odd
+    pieces: the word cache serves them (the fuzz alone is mostly tokenised whole)."""
+    rng = random.Random(seed)
+    common = ["the", "The", "step", "so", "=", "x^2+1=0", "isn't", "Answer:", "42.", "[SEP]",
+              "[sep]", "a[SEP]b", "##ing", "\\frac{1}{2}", "e.g.", "(3)", "QED."]  # fmt: skip
+    odd = fuzz_texts(n, seed=seed)
+    return [" ".join(rng.choice(common) for _ in range(rng.randint(0, 80))) + rng.choice(
+        [" ", "\n", "\t", "\r\n", ""]) + odd[i] for i in range(n)]  # fmt: skip
+
+
+def batched(words, backend, fast, texts: list[str], size: int = 16) -> list[list[int]]:  # noqa: ANN001
+    out: list[list[int]] = []
+    for i in range(0, len(texts), size):
+        out += token_ids(backend, fast, texts[i : i + size], words)
+    return out
+
+
+def test_remembered_words_give_the_full_tokenizers_ids(backend) -> None:  # noqa: ANN001
+    """Cold and warm, on texts whose words repeat, with words that hold the separator (an added
+    token) or other added tokens, odd whitespace, and words past both length limits."""
+    fast = fast_tokenizer(backend)
+    words = ascii_ids.word_ids(backend, fast)
+    assert words is not None and words.separator is not None
+    texts = repetitive_texts(2000, seed=5) + fuzz_texts(300, seed=9)
+    want = full_ids(backend, texts)
+    assert batched(words, backend, fast, texts) == want  # cold: learned batch by batch
+    learned, whole = len(words), words.whole
+    assert learned > 100 and whole < len(texts) // 2, "the cache must serve most of them"
+    assert batched(words, backend, fast, texts) == want  # warm
+    assert len(words) == learned
+    # a word past LONGEST_WORD is never kept; its text is tokenised whole, the others are not
+    long_word = "y" * (ascii_ids.LONGEST_WORD + 1)
+    mixed = ["the step so", f"the {long_word} so", "so the step", "x" * 101]
+    before = words.whole
+    assert token_ids(backend, fast, mixed, words) == full_ids(backend, mixed)
+    assert words.whole - before == 2
+    assert long_word not in words._words and "x" * 101 not in words._words
+
+
+def test_words_that_do_not_repeat_are_tokenised_whole(backend) -> None:  # noqa: ANN001
+    """Random identifiers: remembering would cost more than it saves (MISS_SHARE), so the texts
+    go to the tokenizer whole and nothing is kept."""
+    rng = random.Random(2)
+    fast = fast_tokenizer(backend)
+    words = ascii_ids.word_ids(backend, fast)
+    texts = [" ".join("".join(rng.choices(string.ascii_lowercase + string.digits, k=8))
+                      for _ in range(100)) for _ in range(32)]  # fmt: skip
+    assert batched(words, backend, fast, texts) == full_ids(backend, texts)
+    assert words.whole == len(texts) and len(words) == 0
+
+
+def test_the_cache_is_bounded(backend) -> None:  # noqa: ANN001
+    fast = fast_tokenizer(backend)
+    words = ascii_ids.word_ids(backend, fast, max_words=50)
+    texts = repetitive_texts(400, seed=8)
+    for i in range(0, len(texts), 8):
+        assert token_ids(backend, fast, texts[i : i + 8], words) == full_ids(
+            backend, texts[i : i + 8]
+        )
+        assert len(words) <= 50
+
+
+def test_threads_share_one_cache(backend) -> None:  # noqa: ANN001
+    """The lanes' threads share one cache (and its start-overs, with a small bound)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    fast = fast_tokenizer(backend)
+    words = ascii_ids.word_ids(backend, fast, max_words=300)
+    texts = repetitive_texts(1600, seed=13)
+    want = full_ids(backend, texts)
+    chunks = [texts[i : i + 16] for i in range(0, len(texts), 16)]
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda c: token_ids(backend, fast, c, words), chunks))
+    assert [ids for c in got for ids in c] == want
+
+
+def test_no_word_cache_where_words_do_not_compose(backend) -> None:  # noqa: ANN001
+    """Off with max_words 0, and None where a text's ids need not be its words' ids: a
+    pre-tokenizer that does not split on whitespace, an added token holding a space."""
+    from tokenizers import AddedToken, Tokenizer
+
+    fast = fast_tokenizer(backend)
+    assert ascii_ids.word_ids(backend, fast, max_words=0) is None
+    assert ascii_ids.word_ids(backend, None) is None
+    spec = json.loads(backend.to_str())
+    spec["pre_tokenizer"] = {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always",
+                             "split": True}  # fmt: skip
+    spec["normalizer"]["clean_text"] = False
+    other = Tokenizer.from_str(json.dumps(spec))
+    assert (
+        fast_tokenizer(other) is not None
+        and ascii_ids.word_ids(other, fast_tokenizer(other)) is None
+    )
+    spaced = Tokenizer.from_str(backend.to_str())
+    spaced.add_special_tokens([AddedToken("<end of text>", normalized=False)])
+    assert ascii_ids.word_ids(spaced, fast_tokenizer(spaced)) is None
+
+
+def test_the_encoder_remembers_words_unless_told_not_to() -> None:
+    enc = bundled_encoder()
+    assert enc._word_ids is not None
+    texts = ["The answer is 42, so the answer is 42."] * 3 + ["Ünïcödé the answer"]
+    assert enc._token_ids(texts) == full_ids(enc._tokenizer._tokenizer, texts)
+    assert len(enc._word_ids) >= 5
+    from reweighter.embedding.sentence_transformers import SentenceTransformerEncoder
+
+    off = SentenceTransformerEncoder(device="cpu", word_cache=0)
+    assert off._word_ids is None
+    assert off._token_ids(texts) == enc._token_ids(texts)

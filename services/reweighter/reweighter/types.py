@@ -61,6 +61,10 @@ check and the cost model in docs/embedding.md."""
 SPREAD_WINDOWS = 4
 """`spread`'s default: the most windows one text costs, whatever its length."""
 
+WORD_CACHE_WORDS = 1 << 17
+"""The default bound of the tokenising lanes' word cache (Settings.word_cache,
+reweighter.embedding.ascii_ids.WordIds): ~22 MB at ~170 bytes a word."""
+
 
 E = TypeVar("E", bound=StrEnum)
 

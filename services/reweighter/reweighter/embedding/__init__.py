@@ -68,6 +68,7 @@ def build_embedder(settings: Settings) -> Embedder:
         precision=settings.precision,
         precision_cache_dir=settings.precision_cache_dir,
         compile_cache_dir=settings.compile_cache_dir,
+        word_cache=settings.word_cache,
     )
     return CachingEmbedder(
         encoder,
