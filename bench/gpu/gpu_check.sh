@@ -147,6 +147,11 @@ step service_grid 70 service.txt $PY bench/bench_service.py --quick
 step host_path 120 host.txt $PY bench/bench_host_path.py --model bundled --device "$DEV" \
   "${HOST_ARGS[@]}"
 
+# e') the same with the word cache off (--word-cache 0): whether the cache's work under the GIL
+#     costs texts/s where several tokenising threads feed a GPU (docs/embedding.md)
+step host_path_words_off 120 host_off.txt $PY bench/bench_host_path.py --model bundled \
+  --device "$DEV" --flags "--word-cache 0" "${HOST_ARGS[@]}"
+
 # f) long completions: the reference step (4,096 x ~2,000 word pieces) per long_text policy
 step long_text 90 long.txt $PY bench/bench_long_text.py --device "$DEV" "${LONG_ARGS[@]}"
 
@@ -159,6 +164,7 @@ step long_text 90 long.txt $PY bench/bench_long_text.py --device "$DEV" "${LONG_
     "$OUT/service.txt" 2>/dev/null
   grep -h -E "\| (dra|mmr) \(emb\) \| cuda \| 1024" "$OUT/methods.txt" 2>/dev/null
   grep -h -E "^\| (tokenizer|forward|plain|service)" "$OUT/host.txt" 2>/dev/null
+  grep -h -E "^\| service" "$OUT/host_off.txt" 2>/dev/null | sed 's/^/word cache off: /'
   grep -h -E "^\| (head|tail|spread|chunk_mean) \|" "$OUT/long.txt" 2>/dev/null
   grep -h "aot package built" "$OUT/aot.txt" 2>/dev/null
 } | tee "$OUT/summary.txt"
