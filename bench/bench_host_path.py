@@ -14,7 +14,8 @@ host path, measured inside the same run. Compared in one run:
 - the fast tokenizer alone on the same texts (the floor: the service must tokenise them), with
   the Rust tokenizer's cheapest call (`encode_batch_fast`), the transformers wrapper's call
   beside it, and the service's own path (`ascii_ids`: plain-ASCII texts through a
-  lowercase-only copy of the tokenizer, the same ids for less CPU),
+  lowercase-only copy of the tokenizer, each word tokenised once (the word cache, cold at the
+  start of each run), the same ids for less CPU),
 - plain `SentenceTransformer.encode(batch_size=32)` of the same model in this process, and our
   encoder's forward alone (diagnosis),
 - `reweighter serve --model <tiny> --device cpu` (a child process, as documented) answering
@@ -83,7 +84,8 @@ def tokenizer_cpu(model_path: str, batch: list[str], per_request: int, call: str
     """CPU seconds per completion of the fast tokenizer alone, in requests of `per_request`, by
     `call`: "rust", the Rust tokenizer's cheapest call (`encode_batch_fast`, ids only; the floor
     the issue names); "wrapper", the transformers wrapper's call; "service", the service's own
-    path (reweighter.embedding.ascii_ids: plain-ASCII texts through a lowercase-only copy)."""
+    path (reweighter.embedding.ascii_ids: plain-ASCII texts through a lowercase-only copy, a
+    word at a time with a word cache that starts cold)."""
     from transformers import AutoTokenizer
 
     from reweighter.embedding import ascii_ids
