@@ -95,7 +95,7 @@ def tokenizer_cpu(model_path: str, batch: list[str], per_request: int, call: str
     backend.no_truncation()  # as the service's encoder has it: whole texts
     backend.no_padding()
     lower = ascii_ids.fast_tokenizer(backend) if call == "service" else None
-    words = ascii_ids.word_ids(backend, lower) if call == "service" else None  # cold each run
+    words = ascii_ids.word_ids(lower)  # None unless "service"; cold each run
     t0 = time.process_time()
     for i in range(0, len(batch), per_request):
         chunk = batch[i : i + per_request]

@@ -136,7 +136,7 @@ def test_remembered_words_give_the_full_tokenizers_ids(backend) -> None:  # noqa
     """Cold and warm, on texts whose words repeat, with words that hold the separator (an added
     token) or other added tokens, odd whitespace, and words past both length limits."""
     fast = fast_tokenizer(backend)
-    words = ascii_ids.word_ids(backend, fast)
+    words = ascii_ids.word_ids(fast)
     assert words is not None and words.separator is not None
     texts = repetitive_texts(2000, seed=5) + fuzz_texts(300, seed=9)
     want = full_ids(backend, texts)
@@ -159,7 +159,7 @@ def test_words_that_do_not_repeat_are_tokenised_whole(backend) -> None:  # noqa:
     go to the tokenizer whole and nothing is kept."""
     rng = random.Random(2)
     fast = fast_tokenizer(backend)
-    words = ascii_ids.word_ids(backend, fast)
+    words = ascii_ids.word_ids(fast)
     texts = [" ".join("".join(rng.choices(string.ascii_lowercase + string.digits, k=8))
                       for _ in range(100)) for _ in range(32)]  # fmt: skip
     assert batched(words, backend, fast, texts) == full_ids(backend, texts)
@@ -168,7 +168,7 @@ def test_words_that_do_not_repeat_are_tokenised_whole(backend) -> None:  # noqa:
 
 def test_the_cache_is_bounded(backend) -> None:  # noqa: ANN001
     fast = fast_tokenizer(backend)
-    words = ascii_ids.word_ids(backend, fast, max_words=50)
+    words = ascii_ids.word_ids(fast, max_words=50)
     texts = repetitive_texts(400, seed=8)
     for i in range(0, len(texts), 8):
         assert token_ids(backend, fast, texts[i : i + 8], words) == full_ids(
@@ -182,7 +182,7 @@ def test_threads_share_one_cache(backend) -> None:  # noqa: ANN001
     from concurrent.futures import ThreadPoolExecutor
 
     fast = fast_tokenizer(backend)
-    words = ascii_ids.word_ids(backend, fast, max_words=300)
+    words = ascii_ids.word_ids(fast, max_words=300)
     texts = repetitive_texts(1600, seed=13)
     want = full_ids(backend, texts)
     chunks = [texts[i : i + 16] for i in range(0, len(texts), 16)]
@@ -197,8 +197,8 @@ def test_no_word_cache_where_words_do_not_compose(backend) -> None:  # noqa: ANN
     from tokenizers import AddedToken, Tokenizer
 
     fast = fast_tokenizer(backend)
-    assert ascii_ids.word_ids(backend, fast, max_words=0) is None
-    assert ascii_ids.word_ids(backend, None) is None
+    assert ascii_ids.word_ids(fast, max_words=0) is None
+    assert ascii_ids.word_ids(None) is None
     spec = json.loads(backend.to_str())
     spec["pre_tokenizer"] = {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always",
                              "split": True}  # fmt: skip
@@ -206,11 +206,11 @@ def test_no_word_cache_where_words_do_not_compose(backend) -> None:  # noqa: ANN
     other = Tokenizer.from_str(json.dumps(spec))
     assert (
         fast_tokenizer(other) is not None
-        and ascii_ids.word_ids(other, fast_tokenizer(other)) is None
+        and ascii_ids.word_ids(fast_tokenizer(other)) is None
     )
     spaced = Tokenizer.from_str(backend.to_str())
     spaced.add_special_tokens([AddedToken("<end of text>", normalized=False)])
-    assert ascii_ids.word_ids(spaced, fast_tokenizer(spaced)) is None
+    assert ascii_ids.word_ids(fast_tokenizer(spaced)) is None
 
 
 def test_the_encoder_remembers_words_unless_told_not_to() -> None:

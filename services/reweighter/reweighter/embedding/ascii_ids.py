@@ -133,16 +133,11 @@ class WordIds:
             return self._whole(texts)
         long = {w for w in new if len(w) > LONGEST_WORD}
         if long:
-            apart = {i for i, ws in enumerate(split) if not long.isdisjoint(ws)}
-            out: list[list[int]] = [[] for _ in texts]
-            whole = self._whole([texts[i] for i in sorted(apart)])
-            for i, ids in zip(sorted(apart), whole, strict=True):
-                out[i] = ids
-            rest = [i for i in range(len(texts)) if i not in apart]
-            kept = self._join([split[i] for i in rest], new - long, words)
-            for i, ids in zip(rest, kept, strict=True):
-                out[i] = ids
-            return out
+            apart = [not long.isdisjoint(ws) for ws in split]
+            whole = iter(self._whole([t for t, a in zip(texts, apart, strict=True) if a]))
+            kept = iter(self._join([ws for ws, a in zip(split, apart, strict=True) if not a],
+                                   new - long, words))  # fmt: skip
+            return [next(whole) if a else next(kept) for a in apart]
         return self._join(split, new, words)
 
     def _join(self, split: list[list[str]], new: set[str], words: dict[str, list[int]]
@@ -176,24 +171,19 @@ class WordIds:
         return [e.ids for e in self.fast.encode_batch_fast(list(texts), add_special_tokens=False)]
 
 
-def word_ids(backend: Any, fast: Any | None, max_words: int = WORD_CACHE_WORDS) -> WordIds | None:
-    """A `WordIds` over `fast` (from `fast_tokenizer(backend)`) when a text's ids are its words'
-    ids joined: a whitespace-splitting pre-tokenizer and no added token holding whitespace;
-    else (or with `max_words` 0) None."""
+def word_ids(fast: Any | None, max_words: int = WORD_CACHE_WORDS) -> WordIds | None:
+    """A `WordIds` over `fast` (from `fast_tokenizer`) when a text's ids are its words' ids
+    joined: a whitespace-splitting pre-tokenizer and no added token holding whitespace; else
+    (or with `max_words` 0) None. Read off `fast` itself, the tokenizer the cache will call."""
     if fast is None or max_words <= 0:
         return None
-    try:
-        spec = json.loads(backend.to_str())
-    except Exception:
+    if type(fast.pre_tokenizer).__name__ not in WHITESPACE_SPLITTERS:
         return None
-    if (spec.get("pre_tokenizer") or {}).get("type") not in WHITESPACE_SPLITTERS:
+    added = sorted(fast.get_added_tokens_decoder().items())
+    if any(not t.content or t.content.split() != [t.content] for _, t in added):
         return None
-    added = spec.get("added_tokens") or []
-    if any(not t.get("content") or t["content"].split() != [t["content"]] for t in added):
-        return None
-    special = [t for t in added if t.get("special") and not t.get("single_word")]
-    separator = (special[0]["content"], int(special[0]["id"])) if special else None
-    return WordIds(fast, separator, max_words)
+    special = [(t.content, i) for i, t in added if t.special and not t.single_word]
+    return WordIds(fast, special[0] if special else None, max_words)
 
 
 def token_ids(

@@ -205,11 +205,7 @@ class SentenceTransformerEncoder(Encoder):
         self._tokenizer = st.tokenizer
         backend = getattr(self._tokenizer, "_tokenizer", None)
         self._ascii_tokenizer = ascii_ids.fast_tokenizer(backend) if backend is not None else None
-        self._word_ids = (
-            ascii_ids.word_ids(backend, self._ascii_tokenizer, word_cache)
-            if backend is not None
-            else None
-        )
+        self._word_ids = ascii_ids.word_ids(self._ascii_tokenizer, word_cache)
         self.long_text = long_text
 
         limit = getattr(st[0].auto_model.config, "max_position_embeddings", None) or 10**9
