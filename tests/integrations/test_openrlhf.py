@@ -38,9 +38,9 @@ from openrlhf.utils.agent import SingleTurnAgentExecutor  # noqa: E402
 
 from reweighter.api.http.app import create_app  # noqa: E402
 from reweighter.api.http.openrlhf import build_openrlhf_router, is_token_path  # noqa: E402
-from reweighter.api.http.openrlhf_rounds import Rounds  # noqa: E402
 from reweighter.api.metrics import Metrics  # noqa: E402
 from reweighter.assembly import GroupAssembler, make_store  # noqa: E402
+from reweighter.assembly.openrlhf import Rounds  # noqa: E402
 from reweighter.config import OpenRLHFSettings  # noqa: E402
 from reweighter.logs import RedactFilter  # noqa: E402
 from reweighter.service import BackgroundService  # noqa: E402
@@ -541,7 +541,7 @@ def test_the_parser_harness_refuses_what_openrlhf_refuses(tmp_path) -> None:
 
 
 def test_round_rules() -> None:
-    """api/http/openrlhf_rounds.py on its own, with a clock the test moves: re-posts, repeated
+    """assembly/openrlhf.py on its own, with a clock the test moves: re-posts, repeated
     completions, surplus samples, a prompt coming back, and which short rounds are surplus."""
     now = [0.0]
     rounds = Rounds("t", retry_window_s=60.0, burst_s=150.0, clock=lambda: now[0])

@@ -6,8 +6,8 @@ base reward from a verifier (reweighter.verify: the math answer checker, or an u
 OpenRLHF-protocol reward URL), joins its prompt's group of `n` (`?n=`, else
 `--openrlhf-n`) through the assembler, and is answered with the reweighted reward once the
 group is whole. `scores` stay the verifier's raw rewards (what OpenRLHF's dynamic filtering
-and pass rates should see). OpenRLHF sends no step id, so openrlhf_rounds.py (beside this
-route) numbers each prompt's rounds; a sample beyond `n` while its prompt's full round is being
+and pass rates should see). OpenRLHF sends no step id, so assembly/openrlhf.py (with the
+rounds) numbers each prompt's rounds; a sample beyond `n` while its prompt's full round is being
 answered is surplus: answered at once with its raw reward, opening no round. A round answered
 short and a surplus are reported in `extra_logs` (OpenRLHF logs every key as a metric), as a
 WARNING here, and in `reweighter_openrlhf_short_rounds_total`. A surplus shows the URL's `n` is
@@ -38,6 +38,7 @@ from prometheus_client.registry import Collector
 from pydantic import BaseModel, ConfigDict, Field
 
 from ...assembly import GroupAssembler, MemberReason, MemberResult, MemberSubmission
+from ...assembly.openrlhf import Rounds, Seat
 from ...config import OpenRLHFSettings
 from ...errors import InvalidInput, NotReady, Unauthenticated
 from ...tenancy import Tenant, Tenants, current_tenant
@@ -47,7 +48,6 @@ from ...verify.math_answers import canonical_answer, math_verifier
 from ...verify.upstream import UpstreamVerifier
 from ...wire.http import ErrorOut
 from ..metrics import Metrics
-from .openrlhf_rounds import Rounds, Seat
 from .router import ERROR_RESPONSES
 
 log = logging.getLogger(__name__)
@@ -165,7 +165,7 @@ def build_openrlhf_router(
     """The route at `paths`. `verifier`: default from `settings` (the upstream URL, else the
     math checker). Authentication is the middleware's (see `is_token_path`). `late_s`: how long
     after a round opened its siblings may still join it when it was opened just after the
-    prompt's full round was answered (openrlhf_rounds.py: a late surplus)."""
+    prompt's full round was answered (assembly/openrlhf.py: a late surplus)."""
     if verifier is None:
         verifier = (
             UpstreamVerifier(settings.upstream_url) if settings.upstream_url else math_verifier()

@@ -1,6 +1,7 @@
 """Rounds of the OpenRLHF route: group ids for a caller that sends no step id, where a prompt
-comes back. Beside its route (api/http/openrlhf.py), its only user: assembly knows groups, not
-prompts.
+comes back. Round state, so it lives in assembly/ beside the other rounds (round.py: one round
+of a group on a replica); its one user is the route (api/http/openrlhf.py), which seats each
+sample here and submits it to the assembler as a member of the group its seat names.
 
 OpenRLHF posts one sample at a time with its prompt and label, nothing else; the same prompt
 returns in later steps. A prompt's samples are therefore numbered into rounds here, and round
