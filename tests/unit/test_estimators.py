@@ -12,9 +12,9 @@ import pytest
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from reweighter.assembly.round import raw_advantages
 from reweighter.cli import _advantage_params, build_parser
 from reweighter.engine import ReweightEngine
+from reweighter.engine.compute import raw_advantages
 from reweighter.errors import InvalidInput
 from reweighter.methods import advantages
 from reweighter.methods.estimators import ESTIMATORS, EstimatorSpec, estimator_names

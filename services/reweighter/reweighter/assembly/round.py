@@ -6,8 +6,9 @@ a claim renewed while the compute runs, when it is whole and nobody else is), an
 deadline answers it: the round closed short (stored, the same answer for every member present),
 or this member alone raw (COMPUTING, STORE_UNAVAILABLE). It needs only `Context` (the store, the
 engine, the counters, claim tokens), never the assembler. Every number comes from the engine:
-the reweighted ones from `areweight`, the advantages of raw rewards from the same estimator the
-engine applies (`methods.advantages`), so nothing is embedded for a round that closed short.
+the reweighted ones from `areweight`, the advantages of raw rewards from the engine's one
+estimator path (engine/compute.py `raw_advantages`, the code /v1/reweight runs after its
+method), so nothing is embedded for a round that closed short.
 """
 
 from __future__ import annotations
@@ -18,17 +19,14 @@ import dataclasses
 import itertools
 import logging
 import uuid
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import torch
-
+from ..engine.compute import raw_advantages
 from ..engine.surface import EngineSurface
 from ..errors import Conflict, InvalidInput, LimitExceeded, PreconditionFailed, StoreUnavailable
-from ..methods import advantages as advantage_estimator
-from ..methods.estimators import get_estimator
-from ..types import AdvantageKind, Group, MemberReason, MemberResult, ReweightRequest
+from ..types import Group, MemberReason, MemberResult, ReweightRequest
 from .machine import Member, answer_of
 from .pace import Pace
 from .records import PAYLOAD, SHARED, OpenRound, RoundResult
@@ -326,23 +324,6 @@ def rebuild(gid: str, group: OpenRound) -> ReweightRequest:
 
 
 GROUP_FIELDS = frozenset(f.name for f in dataclasses.fields(Group))
-
-
-def raw_advantages(
-    raw: Sequence[float], kind: str, params: Mapping[str, Any] | None = None
-) -> list[float] | None:
-    """Advantages of raw rewards by the estimator the engine applies after reweighting (in
-    float32, as the engine computes); None for kind "none". Small: computed inline. An
-    estimator's `within_group` parameter (pass_at_k's k) over fewer members than it (a round
-    closed short) takes the members present."""
-    if kind == AdvantageKind.NONE:
-        return None
-    spec = get_estimator(kind)
-    values = dict(params or {})  # stored validated: the model only reads them back
-    if spec.within_group is not None and spec.within_group in values:
-        values[spec.within_group] = min(values[spec.within_group], len(raw))
-    r = torch.tensor(list(raw), dtype=torch.float32)
-    return advantage_estimator(r, kind, **values).tolist()
 
 
 def _short_result(group: OpenRound) -> RoundResult:

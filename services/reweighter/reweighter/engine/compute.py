@@ -2,13 +2,19 @@
 
 Everything here trusts its input (engine/checks.py judged it): the groups are padded into one
 [B, G] batch, their similarities computed by one bmm per embedding width, and the method, the
-advantages and the statistics run on the whole batch at once on `device`.
+advantages and the statistics run on the whole batch at once on `device`. The advantages of
+raw rewards (a round of members answered short) come from here too (`raw_advantages`): one
+estimator path for every number a member or a request is given.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 import numpy as np
 import torch
+from pydantic import BaseModel
 
 from ..errors import InvalidInput
 from ..methods import batched_advantages, batched_cosine, batched_mean_similarity, get_method
@@ -21,6 +27,7 @@ from ..methods.classes import (
     similarity_classes,
 )
 from ..methods.context import MethodContext
+from ..methods.estimators import get_estimator
 from ..types import AdvantageKind, GroupResult, GroupStats, ReweightResult
 from .checks import Checked
 
@@ -58,11 +65,7 @@ def reweight_checked(
             new, lam = spec.apply(rewards, given, mask, checked.params, ctx=ctx)
         else:
             new, lam = spec.apply(rewards, given, mask, checked.params)
-        adv = None
-        if checked.advantages != AdvantageKind.NONE:
-            adv = batched_advantages(
-                Batch(new, ragged, False), checked.advantages, checked.advantage_params
-            )
+        adv = advantages_of(Batch(new, ragged, False), checked.advantages, checked.advantage_params)
         if (after := spec.apply_after) is not None:
             # After the estimator (outcome_ucb's bonus); with no estimator, on the rewards.
             if adv is not None:
@@ -97,6 +100,38 @@ def reweight_checked(
             )
         )
     return ReweightResult(method=str(checked.method), model=model, groups=out)
+
+
+def advantages_of(b: Batch, kind: str, params: BaseModel | None) -> torch.Tensor | None:
+    """The estimator `kind` of the catalogue (methods/estimators.py) over a [B, G] batch of
+    rewards, None for "none": the one place the engine computes advantages, for /v1/reweight
+    (after the method, above) and for the raw rewards of a round answered short
+    (`raw_advantages`), so a member's raw answer is the number /v1/reweight would give."""
+    if kind == AdvantageKind.NONE:
+        return None
+    return batched_advantages(b, kind, params)
+
+
+def raw_advantages(
+    rewards: Sequence[float], kind: str, params: Mapping[str, Any] | None = None
+) -> list[float] | None:
+    """Advantages of rewards that were not reweighted (the members present in a round that
+    closed short, or a member answered alone): `advantages_of` on the float64 rewards that
+    /v1/reweight with method "none" hands it, on the CPU (a few members; no batch to join).
+    `params`: the estimator's, validated when the round opened (stored as JSON). A
+    `within_group` parameter (pass_at_k's k) over more members than present is capped at them:
+    the round was checked against its group_size, not against the members that came."""
+    if kind == AdvantageKind.NONE:
+        return None
+    spec = get_estimator(kind)
+    values = dict(params or {})
+    if spec.within_group is not None and spec.within_group in values:
+        values[spec.within_group] = min(values[spec.within_group], len(rewards))
+    with torch.inference_mode():
+        r = torch.tensor([list(rewards)], dtype=torch.float64)
+        adv = advantages_of(Batch(r, None, False), kind, spec.params_model.model_validate(values))
+    assert adv is not None
+    return adv[0].tolist()
 
 
 def _context(
