@@ -12,8 +12,8 @@ today's tree alike:
 
 Each figure says how it is counted (the heuristics are printed beside the figures):
 
-- planner: the lines of `embedding/plan.py`, or of every module of `embedding/plan/` when it
-  has become a package;
+- planner: the lines of the embedding room's `plan` module, or of every module of its `plan`
+  package once it has become one;
 - encoder: the lines of `class SentenceTransformerEncoder` (decorators included), its
   constructor's parameters and the distinct `self.<name>` it assigns;
 - the ten longest functions of the package (nested functions count on their own too);
@@ -111,11 +111,12 @@ def functions(src: Source) -> list[tuple[str, ast.FunctionDef | ast.AsyncFunctio
 
 def planner(root: Path) -> list[str]:
     embedding = root / PACKAGE / "embedding"
-    files = sorted((embedding / "plan").rglob("*.py")) if (embedding / "plan").is_dir() else []
-    if (embedding / "plan.py").exists():
-        files.insert(0, embedding / "plan.py")
+    module, package = (embedding / "plan").with_suffix(".py"), embedding / "plan"
+    files = sorted(package.rglob("*.py")) if package.is_dir() else []
+    if module.exists():
+        files.insert(0, module)
     if not files:
-        return ["planner: neither embedding/plan.py nor embedding/plan/ (name the new place)"]
+        return ["planner: the embedding room has no plan module or package (name the new place)"]
     out = [f"planner: {sum(lines(f) for f in files)} lines"]
     out += [f"  {f.relative_to(root / PACKAGE)}: {lines(f)}" for f in files]
     return out
