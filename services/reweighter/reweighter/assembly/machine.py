@@ -8,32 +8,28 @@ contract suite (tests/assembly/test_contract.py) builds, for every rule here, th
 triggers it in *both* stores and checks each answers that rule: a rule added here without its
 Lua twin fails there.
 
-An outcome is one of six small frozen types (`AddOutcome`); the assembler matches on them in
-one place. Other transitions (`finish`, `claim`, expiry) have one effect each and are described
-on `AssemblyStore`.
+An outcome is one of six small frozen types (`AddOutcome`); a member's round matches on them in
+one place (round.py, `join`). Other transitions (`finish`, `claim`, expiry) have one effect each
+and are described on `AssemblyStore`.
 
-The member as the rules read it is here too, beside the rule that compares it: `encode` turns a
-checked member into its records (`Member`: its round's meta from its SHARED fields, its record
-with a digest of each PAYLOAD field), `conflict` is the 409 for a member that does not fit what
-its round holds, before or after the round was answered (naming the first member field that
-differs, in the member's field order: records.SHARED, records.PAYLOAD), and `answer_of` a
-member's answer from its round's result.
+The member as the rules read it is here too: `encode` turns a checked member into its records
+(`Member`: its round's meta from its SHARED fields, compared whole by `other_settings`, its
+record with a digest of each PAYLOAD field, kept by `joins` and found by `present`). What a
+member is answered from the outcome (its answer off its round's result, the 409 naming the
+field that does not fit) is its round's business: round.py.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
-from ..errors import Conflict, PreconditionFailed, StoreUnavailable
 from ..limits import AssemblyLimits
 from ..tenancy import DEFAULT_TENANT, current_tenant, scoped
-from ..types import MemberReason, MemberResult
 from .records import PAYLOAD, SHARED, GroupMeta, MemberRecord, RoundResult
 
 if TYPE_CHECKING:  # the stores need no engine
@@ -165,8 +161,10 @@ def decide(v: View, a: Arrival, limits: AssemblyLimits) -> tuple[Rule, AddOutcom
         return BY_NAME["groups_bound"], Bounded("groups")
     if v.held >= limits.max_held_members:
         return BY_NAME["members_bound"], Bounded("members")
-    rnd = v.open_round if v.open_round is not None else (
-        v.latest.round + 1 if v.latest is not None else 0
+    rnd = (
+        v.open_round
+        if v.open_round is not None
+        else (v.latest.round + 1 if v.latest is not None else 0)
     )
     return BY_NAME["joins"], Added(rnd, v.open_count + 1)
 
@@ -257,88 +255,6 @@ def encode(c: CheckedMember, tenant: str | None = None) -> Member:
     return Member(c, meta, record, current_tenant() if tenant is None else tenant)
 
 
-def conflict(
-    have: GroupMeta, stored: tuple[float, Mapping[str, str]] | None, m: Member
-) -> Conflict | PreconditionFailed | None:
-    """The 409 for member m against what its round holds: the round's settings (`have`) and,
-    when the round holds m's id, its stored (reward, digests). It names the first field that
-    differs, SHARED fields first, then PAYLOAD; None when m fits (a new member, or a retry)."""
-    want = m.meta
-    if have != want:
-        for name in SHARED:
-            if getattr(have, name) != getattr(want, name):
-                return PreconditionFailed(
-                    f"is {getattr(want, name)!r} but group {m.gid!r} has {getattr(have, name)!r}",
-                    field=name,
-                )
-        if have.input != want.input:
-            gives = f"group {m.gid!r} members give {have.input}s"
-            return PreconditionFailed(gives, field=want.input)
-        return PreconditionFailed(
-            f"has dimension {want.dim} but group {m.gid!r} has {have.dim}", field="embedding"
-        )
-    if stored is None:
-        return None
-    reward, digests = stored
-    for name in PAYLOAD:
-        same = reward == m.record.reward if name == "reward" else (
-            digests.get(name) == m.record.digests.get(name)
-        )
-        if not same:
-            return Conflict(
-                f"member {m.mid!r} of group {m.gid!r} was already sent with a different {name}",
-                field=name,
-            )
-    return None
-
-
-def answer_of(result: RoundResult, m: Member) -> MemberResult:
-    """Member m's answer from its round's result; a 409 when m differs from what the round
-    holds under its id (machine.conflict: the same rule before and after the round was
-    answered)."""
-    if m.mid not in result.ids:  # finish checks the count: only a store that lost state
-        if error := conflict(result.meta, None, m):
-            raise error
-        raise StoreUnavailable(
-            f"round {result.round} of group {m.gid!r} was answered without member "
-            f"{m.mid!r}; send it again"
-        )
-    i = result.ids.index(m.mid)
-    if error := conflict(result.meta, (result.raw[i], result.digests[i]), m):
-        raise error
-    return member_answer(result, m.gid, i)
-
-
-def member_answer(result: RoundResult, group_id: str, i: int) -> MemberResult:
-    """The answer of the member at position i of a round's result (reweighted when the round
-    was whole, raw when it closed short)."""
-    complete = result.complete
-    return MemberResult(
-        group_id=group_id,
-        member_id=result.ids[i],
-        reward=result.rewards[i],
-        raw_reward=result.raw[i],
-        advantage=result.advantages[i] if result.advantages is not None else None,
-        complete=complete,
-        reason=None if complete else MemberReason.SHORT,
-        stats=result.stats if complete else None,
-        members=len(result.ids),
-        round=result.round,
-    )
-
-
-def answered(result: RoundResult, m: Member, reuse_ids: bool) -> MemberResult | None:
-    """m's answer from an answered round that holds its id (a retry; a 409 when it differs),
-    or None: m belongs in a later round (its id is not there, or it is reused on purpose with
-    another payload or settings)."""
-    if m.mid not in result.ids:
-        return None
-    i = result.ids.index(m.mid)
-    if reuse_ids and conflict(result.meta, (result.raw[i], result.digests[i]), m) is not None:
-        return None
-    return answer_of(result, m)
-
-
 __all__ = [
     "RULES",
     "AddOutcome",
@@ -354,9 +270,5 @@ __all__ = [
     "View",
     "decide",
     "outcome",
-    "answer_of",
-    "answered",
-    "conflict",
     "encode",
-    "member_answer",
 ]

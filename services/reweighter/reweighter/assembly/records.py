@@ -11,8 +11,9 @@ to these models; a deployment that wants the versions fully apart can also chang
 
 The in-process store keeps the objects; the Redis store keeps `dump()` strings, canonical (sorted
 keys) so that equal metas are equal strings for its Lua scripts. This module is the stored data
-alone: a checked member becomes its records (machine.encode), and a round's result a member's
-answer (machine.answer_of), where the rules that compare them are.
+and what an open round's data makes (its /v1/reweight request, its result): a checked member
+becomes its records in machine.encode, beside the rules that read them, and a round's result a
+member's answer in round.py (`answer_of`), where the round's outcomes are.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from typing import Any, Literal, Self, get_args, get_origin, get_type_hints
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from ..errors import StoreUnavailable
-from ..types import GroupStats, MemberSubmission, member_fields
+from ..types import Group, GroupStats, MemberSubmission, ReweightRequest, member_fields
 
 SCHEMA_VERSION = 3
 """2: a round's statistics are one `stats` object (GroupStats), not five flat fields; a member
@@ -119,7 +120,7 @@ class MemberRecord(_Record):
     digests: dict[str, str]
     """sha256 per PAYLOAD field the member gave, other than `reward` (kept as is): the completion
     (UTF-8) or the float32 embedding, the answer. A retry is compared by them; a resend that
-    differs is a 409 naming the first field that does (machine.conflict)."""
+    differs is a 409 naming the first field that does (round.conflict)."""
     value: str | list[float]
     """The completion or the embedding."""
     answer: str | None = None
@@ -158,6 +159,28 @@ class OpenRound(BaseModel):
         ids = sorted(self.members)
         return ids, [self.members[i] for i in ids]
 
+    def request(self, group_id: str) -> ReweightRequest:
+        """The /v1/reweight request of this round (whole), derived from the member fields' roles
+        (types.MemberRole): each SHARED field goes where the request has it (group_size is the
+        group's length), each PAYLOAD field becomes its Group list (reward -> rewards)."""
+        _, records = self.ordered()
+        meta = self.meta
+        lists: dict[str, Any] = {"rewards": [r.reward for r in records]}
+        lists["completions" if meta.input == "completion" else "embeddings"] = [
+            r.value for r in records
+        ]
+        # Members' answers, when any member gave one (darling's classes, distinct_answers), and
+        # always with a prompt_key (outcome_ucb: a null answer gets no bonus).
+        answers = [r.answer for r in records]
+        if meta.prompt_key or any(a is not None for a in answers):
+            lists["answers"] = answers
+        assert set(lists) <= {f"{name}s" for name in PAYLOAD}
+        shared = {name: getattr(meta, name) for name in SHARED if name != "group_size"}
+        in_group = {k: v for k, v in shared.items() if k in _GROUP_FIELDS}
+        one = Group(id=group_id, **lists, **in_group)
+        rest = {k: v for k, v in shared.items() if k not in _GROUP_FIELDS}
+        return ReweightRequest([one], **rest)
+
     def result(
         self,
         rewards: list[float] | None,
@@ -180,6 +203,9 @@ class OpenRound(BaseModel):
             stats=stats,
         )
 
+
+_GROUP_FIELDS = frozenset(f.name for f in dataclasses.fields(Group))
+"""The request fields a Group carries (the rest are the request's)."""
 
 __all__ = [
     "PAYLOAD",

@@ -1,35 +1,54 @@
-"""One round of one group, as one replica sees it: its waiters, its watch, its deadline, its answer.
+"""One round of one group, as one replica sees it: the round owns its members' outcomes.
 
-Why one object: a round's life has one owner on each replica. `Round` holds the members waiting
-here (one future for all), watches the store until the round has a result (computing it, under
-a claim renewed while the compute runs, when it is whole and nobody else is), and at a member's
-deadline answers it: the round closed short (stored, the same answer for every member present),
-or this member alone raw (COMPUTING, STORE_UNAVAILABLE). It needs only `Context` (the store, the
-engine, the counters, claim tokens), never the assembler. Every number comes from the engine:
-the reweighted ones from `areweight`, the advantages of raw rewards from the engine's one
-estimator path (engine/compute.py `raw_advantages`, the code /v1/reweight runs after its
-method), so nothing is embedded for a round that closed short.
+Why one owner: once the assembler has admitted a member (the engine's check, its records, this
+replica's bounds), everything that happens to it is its round's. `join` adds it by the store's
+rules (machine.RULES) and matches their typed outcomes in this one place: a retry is answered
+off the round it was in, a member that does not fit what its round holds is a 409 naming the
+field (`conflict`), a bound a 429, and a member that joined waits in its `Round`. The `Round`
+holds the members waiting here (one future for all), watches the store until the round has a
+result (computing it, under a claim renewed while the compute runs, when it is whole and
+nobody else is), and reads each member's answer off that result (`answer_of`); at a member's
+deadline it answers it from the round closed short (stored, the same answer for every member
+present), or this member alone raw (COMPUTING, STORE_UNAVAILABLE). It needs only `Context`
+(the store, the engine, the counters, this replica's rounds, claim tokens), never the assembler.
+
+Every number comes from the engine: the reweighted ones from `areweight`, the advantages of raw
+rewards from the engine's one estimator path (engine/compute.py `raw_advantages`, the code
+/v1/reweight runs after its method), so nothing is embedded for a round that closed short.
+
+Pace (pace.py): a member's answer takes one turn, in `Round.wait`; its arrival took one at its
+transport's admission (the HTTP edge for /v1/groups/, api/grpc's servicer), and the assembler
+takes none. The answer's turn guards what no admission can: a round's result, or a deadline,
+wakes every member waiting on it in one loop iteration (one engine batch finishes many groups;
+members admitted together reach their deadlines together), and each one's step, its answer and
+its transport's response, would run in that iteration (tests/assembly/test_pace.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import itertools
 import logging
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ..engine.compute import raw_advantages
 from ..engine.surface import EngineSurface
-from ..errors import Conflict, InvalidInput, LimitExceeded, PreconditionFailed, StoreUnavailable
-from ..types import Group, MemberReason, MemberResult, ReweightRequest
-from .machine import Member, answer_of
+from ..errors import (
+    Conflict,
+    InvalidInput,
+    LimitExceeded,
+    Overloaded,
+    PreconditionFailed,
+    StoreUnavailable,
+)
+from ..types import MemberReason, MemberResult
+from .machine import Added, Answered, Bounded, Exists, Full, Member, Mismatch
 from .pace import Pace
-from .records import PAYLOAD, SHARED, OpenRound, RoundResult
+from .records import PAYLOAD, SHARED, GroupMeta, OpenRound, RoundResult
 from .store import AssemblyStore, stop_if_cancelled
 
 log = logging.getLogger(__name__)
@@ -42,6 +61,7 @@ its compute runs: a replica that dies mid-compute blocks its group at most this 
 GRACE_S = 1.0
 """After a member's deadline: the store reads and the close of a short round."""
 _POLL_MAX_S = 1.0  # polling backoff cap (Redis store, or after a failed compute or claim)
+_OPEN_MARGIN_S = 5.0  # an open round outlives its latest deadline by this (no waiter left)
 
 
 @dataclass
@@ -69,7 +89,8 @@ class AssemblyStats:
 
 @dataclass
 class Context:
-    """What every round of a replica shares."""
+    """What every round of a replica shares, and the rounds themselves (those with a member
+    waiting here, and the counts the assembler's bounds read)."""
 
     store: AssemblyStore
     engine: EngineSurface  # the engine, or the service's drain of it
@@ -81,6 +102,12 @@ class Context:
     _serial: Any = field(default_factory=itertools.count)
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
     """Computes that outlive their waiters (shielded), cancelled on close."""
+    rounds: dict[tuple[str, int], Round] = field(default_factory=dict)
+    """(group key, round) -> the round, while a member waits in it here."""
+    waiting: int = 0
+    """Members waiting here."""
+    waiting_by: dict[str, int] = field(default_factory=dict)  # tenant -> members waiting here
+    open_by: dict[str, int] = field(default_factory=dict)  # tenant -> its rounds in `rounds`
 
     def token(self) -> str:
         """A claim token: this replica's id and a serial."""
@@ -107,6 +134,53 @@ async def bounded(store: AssemblyStore, awaitable: Awaitable[T], deadline: float
         raise StoreUnavailable(f"the assembly store did not answer in time ({op})") from None
 
 
+async def join(ctx: Context, m: Member, reuse_ids: bool) -> MemberResult:
+    """Add m to its group's round and answer it from that round: the store's outcomes
+    (machine.AddOutcome), matched in this one place."""
+    store, size = ctx.store, m.checked.group_size
+    deadline = asyncio.get_running_loop().time() + m.checked.timeout_s
+    ttl = m.checked.timeout_s + GRACE_S + _OPEN_MARGIN_S
+    after, seen = -1, None
+    while True:  # at most three calls: its own answered round, the latest, the open one
+        add = store.add(m.key, m.mid, m.meta, m.record, size, ttl, after)
+        match await bounded(store, add, deadline):
+            case Answered(round=rnd, result=result):
+                if answer := answered(result, m, reuse_ids):  # a retry, or a 409
+                    ctx.stats.timeouts += 0 if answer.complete else 1
+                    return answer
+                after, seen = rnd, result
+            case Mismatch(meta=meta):
+                raise conflict(meta, None, m) or AssertionError("a mismatch that fits")
+            case Full(count=count):
+                ctx.stats.size_mismatch["full"] += 1
+                raise PreconditionFailed(
+                    f"group {m.gid!r} already has its {count} members, none of them "
+                    f"{m.mid!r}: more members were sent than its group_size {size}",
+                    field="member_id",
+                )
+            case Bounded(bound=bound):
+                raise Overloaded(f"too many {bound} held for assembly; retry later")
+            case Exists(round=rnd, count=count, record=record):
+                if error := conflict(m.meta, (record.reward, record.digests), m):
+                    raise error
+                return await Round.of(ctx, m, rnd).wait(m, count, deadline)
+            case Added(round=rnd, count=count):
+                if seen is not None:
+                    _late(ctx, m, seen, rnd)
+                return await Round.of(ctx, m, rnd).wait(m, count, deadline)
+
+
+def _late(ctx: Context, m: Member, result: RoundResult, rnd: int) -> None:
+    ctx.stats.size_mismatch["late"] += 1
+    state = "complete" if result.complete else "short"
+    log.warning(
+        "member %r of group %r arrived after round %d was answered (%s, %d of %d members): "
+        "it is in round %d. A group_size below the members sent, or members later than "
+        "their siblings' timeout_s, do this",
+        m.mid, m.gid, result.round, state, len(result.ids), result.meta.group_size, rnd,
+    )  # fmt: skip
+
+
 class Round:
     """Round `rnd` of group `gid` (of `size` members) on this replica."""
 
@@ -117,6 +191,16 @@ class Round:
         self.waiters = 0
         self.local: dict[str, float] = {}  # member -> raw reward, of those that waited here
         self.task = asyncio.create_task(self._watch(), name=f"asm:{gid}")
+
+    @classmethod
+    def of(cls, ctx: Context, m: Member, rnd: int) -> Round:
+        """Round `rnd` of m's group here: the one its members wait in, or a new one."""
+        key = (m.key, rnd)
+        found = ctx.rounds.get(key)
+        if found is None:
+            found = ctx.rounds[key] = cls(ctx, m.key, rnd, m.checked.group_size)
+            ctx.open_by[m.tenant] = ctx.open_by.get(m.tenant, 0) + 1
+        return found
 
     def wake(self) -> None:
         """The store says this round may have a result (pub/sub, or this replica's compute)."""
@@ -130,23 +214,51 @@ class Round:
         self.task.cancel()
 
     async def wait(self, m: Member, count: int, deadline: float) -> MemberResult:
-        """Wait here until the round's result or the member's deadline; `count`: the members
-        the store held when this one was added."""
-        self.waiters += 1
-        self.local[m.mid] = m.checked.reward
+        """Wait here until the round's result or the member's deadline, then answer m (after
+        its pace turn: see the module docstring); `count`: the members the store held when
+        this one was added."""
+        self._enter(m)
         if count >= self.size:
             self.event.set()
         try:
+            result: RoundResult | None = None
             try:  # asyncio.timeout, not wait_for: no task per waiter (3.11)
                 async with asyncio.timeout_at(deadline):
                     result = await asyncio.shield(self.done)
             except TimeoutError:
-                await self.ctx.pace.turn()
-                return await self._at_deadline(m, deadline + GRACE_S)
+                pass
             await self.ctx.pace.turn()
+            if result is None:
+                return await self._at_deadline(m, deadline + GRACE_S)
             return self._answer(result, m)
         finally:
-            self.waiters -= 1
+            self._leave(m)
+
+    def _enter(self, m: Member) -> None:
+        ctx = self.ctx
+        ctx.stats.members += 1
+        ctx.waiting += 1
+        ctx.waiting_by[m.tenant] = ctx.waiting_by.get(m.tenant, 0) + 1
+        self.waiters += 1
+        self.local[m.mid] = m.checked.reward
+
+    def _leave(self, m: Member) -> None:
+        """m waits here no more; the round's last waiter here takes it off the replica's."""
+        ctx = self.ctx
+        self.waiters -= 1
+        ctx.waiting -= 1
+        if (left := ctx.waiting_by[m.tenant] - 1) > 0:
+            ctx.waiting_by[m.tenant] = left
+        else:
+            del ctx.waiting_by[m.tenant]
+        key = (self.gid, self.rnd)
+        if self.waiters == 0 and ctx.rounds.get(key) is self:
+            del ctx.rounds[key]
+            self.task.cancel()
+            if (opened := ctx.open_by.get(m.tenant, 0) - 1) > 0:
+                ctx.open_by[m.tenant] = opened
+            else:
+                ctx.open_by.pop(m.tenant, None)
 
     def _answer(self, result: RoundResult, m: Member) -> MemberResult:
         answer = answer_of(result, m)
@@ -208,7 +320,7 @@ class Round:
             group = await store.members(gid)
             if group is None or group.round != self.rnd or len(group.members) < self.size:
                 return None  # expired or closed under us
-            request = rebuild(gid, group)
+            request = group.request(gid)
             out = (await self.ctx.engine.areweight(request)).groups[0]
             stored = await store.finish(gid, group.result(out.rewards, out.advantages, out.stats))
             if stored is not None:
@@ -300,32 +412,6 @@ class Round:
         )
 
 
-def rebuild(gid: str, group: OpenRound) -> ReweightRequest:
-    """The /v1/reweight request of a whole round, derived from the member fields' roles
-    (types.MemberRole): each SHARED field goes where the request has it (group_size is the
-    group's length), each PAYLOAD field becomes its Group list (reward -> rewards)."""
-    _, records = group.ordered()
-    meta = group.meta
-    lists: dict[str, Any] = {"rewards": [r.reward for r in records]}
-    lists["completions" if meta.input == "completion" else "embeddings"] = [
-        r.value for r in records
-    ]
-    # Members' answers, when any member gave one (darling's classes, distinct_answers), and
-    # always with a prompt_key (outcome_ucb: a null answer gets no bonus).
-    answers = [r.answer for r in records]
-    if meta.prompt_key or any(a is not None for a in answers):
-        lists["answers"] = answers
-    assert set(lists) <= {f"{name}s" for name in PAYLOAD}
-    shared = {name: getattr(meta, name) for name in SHARED if name != "group_size"}
-    in_group = {k: v for k, v in shared.items() if k in GROUP_FIELDS}
-    one = Group(id=gid, **lists, **in_group)
-    rest = {k: v for k, v in shared.items() if k not in GROUP_FIELDS}
-    return ReweightRequest([one], **rest)
-
-
-GROUP_FIELDS = frozenset(f.name for f in dataclasses.fields(Group))
-
-
 def _short_result(group: OpenRound) -> RoundResult:
     _, records = group.ordered()
     adv = raw_advantages(
@@ -334,4 +420,87 @@ def _short_result(group: OpenRound) -> RoundResult:
     return group.result(None, adv, None)
 
 
-# -- answers ----------------------------------------------------------------------------------
+# -- a member's answer off its round --------------------------------------------------------
+
+
+def conflict(
+    have: GroupMeta, stored: tuple[float, Mapping[str, str]] | None, m: Member
+) -> Conflict | PreconditionFailed | None:
+    """The 409 for member m against what its round holds: the round's settings (`have`) and,
+    when the round holds m's id, its stored (reward, digests). It names the first field that
+    differs, SHARED fields first, then PAYLOAD; None when m fits (a new member, or a retry)."""
+    want = m.meta
+    if have != want:
+        for name in SHARED:
+            if getattr(have, name) != getattr(want, name):
+                return PreconditionFailed(
+                    f"is {getattr(want, name)!r} but group {m.gid!r} has {getattr(have, name)!r}",
+                    field=name,
+                )
+        if have.input != want.input:
+            gives = f"group {m.gid!r} members give {have.input}s"
+            return PreconditionFailed(gives, field=want.input)
+        return PreconditionFailed(
+            f"has dimension {want.dim} but group {m.gid!r} has {have.dim}", field="embedding"
+        )
+    if stored is None:
+        return None
+    reward, digests = stored
+    for name in PAYLOAD:
+        same = (
+            reward == m.record.reward
+            if name == "reward"
+            else (digests.get(name) == m.record.digests.get(name))
+        )
+        if not same:
+            return Conflict(
+                f"member {m.mid!r} of group {m.gid!r} was already sent with a different {name}",
+                field=name,
+            )
+    return None
+
+
+def answer_of(result: RoundResult, m: Member) -> MemberResult:
+    """Member m's answer from its round's result; a 409 when m differs from what the round
+    holds under its id (`conflict`: the same rule before and after the round was answered)."""
+    if m.mid not in result.ids:  # finish checks the count: only a store that lost state
+        if error := conflict(result.meta, None, m):
+            raise error
+        raise StoreUnavailable(
+            f"round {result.round} of group {m.gid!r} was answered without member "
+            f"{m.mid!r}; send it again"
+        )
+    i = result.ids.index(m.mid)
+    if error := conflict(result.meta, (result.raw[i], result.digests[i]), m):
+        raise error
+    return member_answer(result, m.gid, i)
+
+
+def member_answer(result: RoundResult, group_id: str, i: int) -> MemberResult:
+    """The answer of the member at position i of a round's result (reweighted when the round
+    was whole, raw when it closed short)."""
+    complete = result.complete
+    return MemberResult(
+        group_id=group_id,
+        member_id=result.ids[i],
+        reward=result.rewards[i],
+        raw_reward=result.raw[i],
+        advantage=result.advantages[i] if result.advantages is not None else None,
+        complete=complete,
+        reason=None if complete else MemberReason.SHORT,
+        stats=result.stats if complete else None,
+        members=len(result.ids),
+        round=result.round,
+    )
+
+
+def answered(result: RoundResult, m: Member, reuse_ids: bool) -> MemberResult | None:
+    """m's answer from an answered round that holds its id (a retry; a 409 when it differs),
+    or None: m belongs in a later round (its id is not there, or it is reused on purpose with
+    another payload or settings)."""
+    if m.mid not in result.ids:
+        return None
+    i = result.ids.index(m.mid)
+    if reuse_ids and conflict(result.meta, (result.raw[i], result.digests[i]), m) is not None:
+        return None
+    return answer_of(result, m)

@@ -3,7 +3,9 @@ with the error class and field in trailing metadata (the client rebuilds the sam
 
 The request/answer calls (reweighter.wire.calls: Reweight, and any the route recipe adds) are
 served from their table entry, with no code here; Embed, Info and the member RPCs are written
-out (their messages are still derived: reweighter.wire.grpc).
+out (their messages are still derived: reweighter.wire.grpc). A member is admitted in
+`_submit`, which takes its pace turn (assembly/pace.py), the one the HTTP edge takes for
+/v1/groups/.
 """
 
 from __future__ import annotations
@@ -119,8 +121,13 @@ class ReweighterServicer(pb_grpc.ReweighterServicer):
                 task.cancel()
 
     async def _submit(self, request: pb.SubmitMemberRequest) -> pb.MemberResult:
+        """One member, unary or streamed: admitted here, where this transport takes the
+        member's pace turn before converting it (as the HTTP edge does for /v1/groups/), so a
+        burst of members goes through the loop in slices (assembly/pace.py); its answer takes
+        the other turn, in its round."""
         if self.assembler is None:
             raise NotReady("group assembly is not running in this service")
+        await self.assembler.pace.turn()
         sub = from_proto(request, MemberSubmission)
         return to_proto(await self.assembler.submit(sub), pb.MemberResult)
 
