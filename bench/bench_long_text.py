@@ -47,9 +47,9 @@ def main() -> None:
 
     from reweighter.embedding.sentence_transformers import SentenceTransformerEncoder
 
-    base = SentenceTransformerEncoder(None, device=args.device, compile=args.compile)
+    base = SentenceTransformerEncoder.load(None, device=args.device, compile=args.compile)
     if base.compile_state == "compiling":
-        base._compile_thread.join(900)
+        base.backend.thread.join(900)
     tok = base.model.tokenizer
 
     def count(t: str) -> int:
@@ -63,7 +63,7 @@ def main() -> None:
     for run in range(args.runs):
         texts = [completion(rng, args.tokens, count) for _ in range(args.n)]
         t0 = time.perf_counter()
-        base._token_ids(texts)
+        base.stage.token_ids(texts)
         tok_s = time.perf_counter() - t0
         for policy in POLICIES if run % 2 == 0 else POLICIES[::-1]:
             enc = base.with_long_text(policy)  # type: ignore[arg-type]

@@ -120,11 +120,11 @@ def explore(e8, calib_texts: list[str], tmp: Path) -> dict[str, Callable[[], Non
     from reweighter.embedding import quantize as q
 
     fp32 = tmp / "fp32.onnx"
-    q.export_fp32(e8.model[0].auto_model, fp32, e8._type_ids)
+    q.export_fp32(e8.model[0].auto_model, fp32, e8.backend.eager.type_ids)
     out: dict[str, Callable[[], None]] = {}
 
     def ort(path: Path) -> Callable[[], None]:
-        return lambda: setattr(e8, "_ort", q.OrtTransformer(path, e8._type_ids))
+        return lambda: setattr(e8.backend, "ort", q.OrtTransformer(path, e8.backend.eager.type_ids))
 
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -149,8 +149,8 @@ def explore(e8, calib_texts: list[str], tmp: Path) -> dict[str, Callable[[], Non
 
     pieces = e8.split(calib_texts)
     items = []
-    for b in e8._batches(pieces):
-        rows = [[*e8._prefix, *pieces[i].data, *e8._suffix] for i in b]
+    for b in e8.budget.batches(pieces):
+        rows = [[*e8.stage.prefix, *pieces[i].data, *e8.stage.suffix] for i in b]
         ids = np.zeros((len(rows), max(map(len, rows))), np.int64)
         mask = np.zeros_like(ids)
         for k, r in enumerate(rows):
@@ -165,8 +165,8 @@ def explore(e8, calib_texts: list[str], tmp: Path) -> dict[str, Callable[[], Non
     weights = nncf.compress_weights(
         core.read_model(str(fp32)), mode=nncf.CompressWeightsMode.INT8_SYM
     )
-    out["int8 OpenVINO static (NNCF transformer preset)"] = lambda: setattr(e8, "_ort", OV(static))
-    out["int8 weights only, fp32 activations (NNCF)"] = lambda: setattr(e8, "_ort", OV(weights))
+    out["int8 OpenVINO static (NNCF transformer preset)"] = lambda: setattr(e8.backend, "ort", OV(static))  # noqa: E501
+    out["int8 weights only, fp32 activations (NNCF)"] = lambda: setattr(e8.backend, "ort", OV(weights))  # noqa: E501
     return out
 
 
@@ -184,14 +184,14 @@ def main() -> None:  # noqa: C901 - a benchmark reads best top to bottom
     from reweighter.embedding.sentence_transformers import SentenceTransformerEncoder
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-precision-"))
-    e32 = SentenceTransformerEncoder(device="cpu", compile="off")
+    e32 = SentenceTransformerEncoder.load(device="cpu", compile="off")
     t = time.perf_counter()
     cache = args.cache_dir or str(tmp / "cache")
-    e8 = SentenceTransformerEncoder(
+    e8 = SentenceTransformerEncoder.load(
         device="cpu", compile="off", precision="int8", precision_cache_dir=cache
     )
     build_s = time.perf_counter() - t
-    tok = e32._tokenizer
+    tok = e32.stage.tokenizer
 
     def count(s: str) -> int:
         return len(tok(s, add_special_tokens=False)["input_ids"])
@@ -210,15 +210,15 @@ def main() -> None:  # noqa: C901 - a benchmark reads best top to bottom
     if args.explore:
         calib = groups_of_texts(99, 256, 20, 300, 0.0, count)
         contenders.update(explore(e8, calib, tmp))
-    shipped = e8._ort
+    shipped = e8.backend.ort
     rows = []
     for name, install in contenders.items():
-        e8._ort = shipped
+        e8.backend.ort = shipped
         if install is not None:
             install()
-        rows.append((name, errors(ref, e8.encode(texts), rewards), e8._ort))
+        rows.append((name, errors(ref, e8.encode(texts), rewards), e8.backend.ort))
     if args.explore:
-        ebf = SentenceTransformerEncoder(device="cpu", compile="off")
+        ebf = SentenceTransformerEncoder.load(device="cpu", compile="off")
         ebf.model.to(torch.bfloat16)
         rows.append(
             ("bf16 weights on CPU (information)", errors(ref, ebf.encode(texts), rewards), None)
@@ -244,7 +244,7 @@ def main() -> None:  # noqa: C901 - a benchmark reads best top to bottom
     for name, _, runner in rows:
         if runner is None:
             continue
-        e8._ort = runner
+        e8.backend.ort = runner
         e32.encode(rounds[0][:8]), e8.encode(rounds[0][:8])  # warm
         ta, tb = paired_rounds(lambda i: e32.encode(rounds[i]), lambda i: e8.encode(rounds[i]),
                                args.rounds)  # fmt: skip

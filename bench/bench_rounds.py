@@ -45,7 +45,7 @@ class Recorder:
 
     def __call__(self, pieces):  # noqa: ANN001 - Encoder.embed_pieces
         if self.gate.is_set():
-            for batch in self.enc._batches(pieces):
+            for batch in self.enc.budget.batches(pieces):
                 lengths = [pieces[i].tokens for i in batch]
                 self.passes.append((len(lengths), max(lengths), sum(lengths)))
         else:
@@ -82,7 +82,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=128)
     ap.add_argument("--seeds", type=int, nargs="+", default=[5000, 5100, 5200])
     args = ap.parse_args()
-    enc = SentenceTransformerEncoder(device="cpu", compile="off")
+    enc = SentenceTransformerEncoder.load(device="cpu", compile="off")
     tok = enc.model.tokenizer
 
     def count(t: str) -> int:
@@ -101,7 +101,7 @@ def main() -> None:
             uniq = list(dict.fromkeys(texts))
             pieces = enc.split(uniq)
             rows = [(len(b), max(pieces[i].tokens for i in b), sum(pieces[i].tokens for i in b))
-                    for b in enc._batches(pieces)]  # fmt: skip
+                    for b in enc.budget.batches(pieces)]  # fmt: skip
             label = f"{args.n}, {100 * (1 - len(uniq) / len(texts)):.0f} % dup"
             out = [("one global sort (encoder.encode)", summary(rows))]
             per = 16

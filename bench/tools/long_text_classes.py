@@ -313,18 +313,18 @@ def score(args: argparse.Namespace) -> None:
     groups = groups_of(load(args.out))
     labels = labels_of(groups)
     texts = [r["completion"] for g in groups for r in g]
-    base = SentenceTransformerEncoder(None, device="cpu", compile="off")
-    pieces = [len(x) for x in base._token_ids(texts)]
+    base = SentenceTransformerEncoder.load(None, device="cpu", compile="off")
+    pieces = [len(x) for x in base.stage.token_ids(texts)]
     windows = {}
     vectors: dict[str, Any] = {}
     sims: dict[str, list] = {}
     seconds = {}
     for name, kw in POLICIES.items():
-        enc = SentenceTransformerEncoder(None, device="cpu", compile="off", **kw)
+        enc = SentenceTransformerEncoder.load(None, device="cpu", compile="off", **kw)
         t0 = time.monotonic()
         vecs = np.asarray(enc.encode(texts))
         seconds[name] = round(time.monotonic() - t0, 1)
-        windows[name] = sum(len(enc._windows(ids)) for ids in base._token_ids(texts))
+        windows[name] = sum(len(enc.stage.windows(ids)) for ids in base.stage.token_ids(texts))
         vectors[name] = vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
         v = torch.from_numpy(vecs).reshape(len(groups), GROUP, -1)
         sims[name] = [[[round(float(x), 6) for x in row] for row in m]

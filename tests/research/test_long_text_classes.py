@@ -72,11 +72,11 @@ def test_the_similarities_are_minilms(committed) -> None:
 
     mod, results, groups = committed
     texts = [r["completion"] for g in groups for r in g]
-    base = SentenceTransformerEncoder(None, device="cpu", compile="off")
-    pieces = [len(x) for x in base._token_ids(texts)]
+    base = SentenceTransformerEncoder.load(None, device="cpu", compile="off")
+    pieces = [len(x) for x in base.stage.token_ids(texts)]
     assert sum(p > 4 * 254 for p in pieces) == results["data"]["minilm_pieces"]["over_1016"]
     for name in ("spread4", "chunk_mean"):
-        enc = SentenceTransformerEncoder(None, device="cpu", compile="off",
+        enc = SentenceTransformerEncoder.load(None, device="cpu", compile="off",
                                          **mod.POLICIES[name])
         v = torch.from_numpy(np.asarray(enc.encode(texts))).reshape(len(groups), mod.GROUP, -1)
         sim = cosine_similarity(v).numpy()

@@ -185,7 +185,7 @@ def test_bad_combinations_are_refused(
     from reweighter.embedding.sentence_transformers import SentenceTransformerEncoder
 
     with pytest.raises(ValueError, match=needle):
-        SentenceTransformerEncoder(device=device, precision=precision, compile=compile_)  # type: ignore[arg-type]
+        SentenceTransformerEncoder.load(device=device, precision=precision, compile=compile_)  # type: ignore[arg-type]
 
 
 @pytest.mark.process
@@ -210,7 +210,7 @@ def test_int8_without_the_extra_names_setting_and_extra(tmp_path: Path) -> None:
     code = (
         "import sys; sys.modules['onnxruntime'] = None\n"
         "from reweighter.embedding.sentence_transformers import SentenceTransformerEncoder\n"
-        "SentenceTransformerEncoder(device='cpu', precision='int8',"
+        "SentenceTransformerEncoder.load(device='cpu', precision='int8',"
         f" precision_cache_dir={str(tmp_path)!r})\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
@@ -228,9 +228,9 @@ def test_bf16_on_cpu_meets_the_issue_bounds_or_is_refused(engine) -> None:  # no
 
     if not cpu_has_native_bf16():
         with pytest.raises(ValueError, match="precision=bf16 on CPU needs native bf16"):
-            SentenceTransformerEncoder(device="cpu", precision="bf16", compile="off")
+            SentenceTransformerEncoder.load(device="cpu", precision="bf16", compile="off")
         return
-    enc = SentenceTransformerEncoder(device="cpu", precision="bf16", compile="off")
+    enc = SentenceTransformerEncoder.load(device="cpu", precision="bf16", compile="off")
     texts, rewards = groups()
     flat = [t for g in texts for t in g]
     ref, vec = engine.embedder.encode(flat), enc.encode(flat)
@@ -276,11 +276,11 @@ def test_image_build_step_builds_the_artefact_the_service_finds(tmp_path: Path, 
     from reweighter.embedding.sentence_transformers import SentenceTransformerEncoder
 
     served = engine.embedder.encoder  # the service's own long-text policy, whatever it is
-    enc = SentenceTransformerEncoder(
+    enc = SentenceTransformerEncoder.load(
         device="cpu", precision="int8", precision_cache_dir=str(tmp_path),
         long_text=served.long_text, long_text_windows=served.long_text_windows,
     )  # fmt: skip
-    assert enc._ort is not None and enc._ort.path == built  # the service finds it, builds none
+    assert enc.backend.ort.path == built  # the service finds it, builds none
     assert len(list(tmp_path.iterdir())) == 1
     # int8 vectors never share cache keys with fp32 ones (replicas may share a Redis)
     assert engine.embedder.namespace + "|int8" == enc.cache_namespace

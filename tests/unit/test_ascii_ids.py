@@ -17,7 +17,7 @@ from reweighter.embedding.ascii_ids import fast_tokenizer, plain, token_ids
 
 @pytest.fixture(scope="module")
 def backend():  # noqa: ANN201 - a tokenizers.Tokenizer
-    return bundled_encoder()._tokenizer._tokenizer
+    return bundled_encoder().stage.tokenizer._tokenizer
 
 
 def full_ids(backend, texts: list[str]) -> list[list[int]]:  # noqa: ANN001
@@ -87,9 +87,9 @@ def test_other_normalisers_get_no_fast_path(backend) -> None:  # noqa: ANN001
 
 def test_the_encoder_tokenises_through_it() -> None:
     enc = bundled_encoder()
-    assert enc._ascii_tokenizer is not None
+    assert enc.stage.ascii_tokenizer is not None
     texts = ["The Answer is 42.", "Ünïcödé", "x\ty\nz " * 200]
-    assert enc._token_ids(texts) == full_ids(enc._tokenizer._tokenizer, texts)
+    assert enc.stage.token_ids(texts) == full_ids(enc.stage.tokenizer._tokenizer, texts)
     assert ascii_ids.plain(texts[0]) and not ascii_ids.plain(texts[1])
 
 
@@ -215,12 +215,12 @@ def test_no_word_cache_where_words_do_not_compose(backend) -> None:  # noqa: ANN
 
 def test_the_encoder_remembers_words_unless_told_not_to() -> None:
     enc = bundled_encoder()
-    assert enc._word_ids is not None
+    assert enc.stage.word_ids is not None
     texts = ["The answer is 42, so the answer is 42."] * 3 + ["Ünïcödé the answer"]
-    assert enc._token_ids(texts) == full_ids(enc._tokenizer._tokenizer, texts)
-    assert len(enc._word_ids) >= 5
+    assert enc.stage.token_ids(texts) == full_ids(enc.stage.tokenizer._tokenizer, texts)
+    assert len(enc.stage.word_ids) >= 5
     from reweighter.embedding.sentence_transformers import SentenceTransformerEncoder
 
-    off = SentenceTransformerEncoder(device="cpu", word_cache=0)
-    assert off._word_ids is None
-    assert off._token_ids(texts) == enc._token_ids(texts)
+    off = SentenceTransformerEncoder.load(device="cpu", word_cache=0)
+    assert off.stage.word_ids is None
+    assert off.stage.token_ids(texts) == enc.stage.token_ids(texts)

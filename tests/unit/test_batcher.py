@@ -365,7 +365,7 @@ async def test_a_request_alone_runs_in_full_passes() -> None:
         await emb.aclose()
     pieces = view.split(texts)
     assert sum(p.tokens for p in pieces) > 3 * emb.batcher.round_tokens  # several rounds
-    assert len(rec.calls) <= len(view._batches(pieces))  # (a small tail joins the last pass)
+    assert len(rec.calls) <= len(view.budget.batches(pieces))  # (a small tail joins the last pass)
     np.testing.assert_allclose(got, bundled_encoder().encode(texts), atol=1e-5)
 
 
@@ -385,7 +385,7 @@ async def test_concurrent_requests_pad_nearly_as_little_as_one_global_sort() -> 
     everything = [t for texts in reqs for t in texts]
     assert sorted(t for call in rounds for t in call) == sorted(everything)  # each text once
     pieces = view.split(everything)
-    batches = view._batches(pieces)
+    batches = view.budget.batches(pieces)
     sorted_padded = sum(len(b) * max(pieces[i].tokens for i in b) for b in batches)
     real, padded = _padded(view, rounds)
     assert padded <= 1.05 * sorted_padded, (real / padded, real / sorted_padded)

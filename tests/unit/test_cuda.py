@@ -34,8 +34,8 @@ TEXTS = [
 def encoders():
     from reweighter.embedding.sentence_transformers import SentenceTransformerEncoder
 
-    gpu = SentenceTransformerEncoder(device="cuda", compile="off")
-    cpu = SentenceTransformerEncoder(device="cpu", precision="fp32", compile="off")
+    gpu = SentenceTransformerEncoder.load(device="cuda", compile="off")
+    cpu = SentenceTransformerEncoder.load(device="cpu", precision="fp32", compile="off")
     return gpu, cpu
 
 
@@ -86,26 +86,26 @@ def test_compiled_forward_on_cuda_matches_eager_without_recompiles(encoders) -> 
     from reweighter.embedding.sentence_transformers import SentenceTransformerEncoder
 
     gpu, _ = encoders
-    comp = SentenceTransformerEncoder(device="cuda", compile="on")
-    assert comp.compiled and comp.compile_state == "compiled"
+    comp = SentenceTransformerEncoder.load(device="cuda", compile="on")
+    assert comp.backend.compiled and comp.compile_state == "compiled"
     lengths = [3, 17, 40, 64, 130, 200, 254]
     texts = [" ".join(["step"] * n) for n in lengths] + TEXTS
     for batch in (texts, texts[:2], texts[3:9], TEXTS * 9):
         a, b = comp.encode(batch), gpu.encode(batch)
         assert np.abs(a - b).max() < 5e-3
-    assert comp.recompile_fallbacks == 0
+    assert comp.backend.recompile_fallbacks == 0
 
 
 def test_background_compile_swaps_in_on_cuda() -> None:
     from reweighter.embedding.sentence_transformers import SentenceTransformerEncoder
 
-    enc = SentenceTransformerEncoder(device="cuda", compile="auto")
+    enc = SentenceTransformerEncoder.load(device="cuda", compile="auto")
     assert enc.compile_state in ("compiling", "compiled")
     before = enc.encode(TEXTS)  # served eager (or compiled) meanwhile, never blocked
-    enc._compile_thread.join(timeout=300)
-    assert enc.compile_state == "compiled" and enc.compiled
+    enc.backend.thread.join(timeout=300)
+    assert enc.compile_state == "compiled" and enc.backend.compiled
     assert np.abs(enc.encode(TEXTS) - before).max() < 5e-3
-    assert enc.recompile_fallbacks == 0
+    assert enc.backend.recompile_fallbacks == 0
 
 
 def test_methods_on_cuda_equal_cpu() -> None:

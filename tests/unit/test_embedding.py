@@ -66,19 +66,21 @@ def test_identity_and_shape(enc: SentenceTransformerEncoder) -> None:
 
 
 def test_the_encoder_class_and_the_service_share_one_long_text_default() -> None:
-    """`SentenceTransformerEncoder()` as a library user builds it and `reweighter serve` embed
+    """`SentenceTransformerEncoder.load()` as a library user builds it and `reweighter serve` embed
     long texts the same way: one default (reweighter.types.DEFAULT_LONG_TEXT), which the
     class-agreement check chose (docs/embedding.md). They once differed (chunk_mean against
     spread), so the same completion had two vectors and two cache keys."""
     import inspect
 
     from reweighter.config import Settings
+    from reweighter.embedding.tokenizer import TokenizerSettings
     from reweighter.types import DEFAULT_LONG_TEXT, SPREAD_WINDOWS
 
-    params = inspect.signature(SentenceTransformerEncoder.__init__).parameters
-    settings = Settings()
+    params = inspect.signature(SentenceTransformerEncoder.load).parameters
+    settings, stage = Settings(), TokenizerSettings()
     assert params["long_text"].default == settings.long_text == DEFAULT_LONG_TEXT == "spread"
     assert params["long_text_windows"].default == settings.long_text_windows == SPREAD_WINDOWS
+    assert stage.long_text == DEFAULT_LONG_TEXT and stage.long_text_windows == SPREAD_WINDOWS
 
 
 def test_deterministic_and_normalised(enc: SentenceTransformerEncoder) -> None:
@@ -178,11 +180,11 @@ def test_bad_configuration_is_refused() -> None:
     with pytest.raises(ValueError, match="long_text"):
         fresh_view("middle")
     with pytest.raises(ValueError, match="max_seq_length"):
-        SentenceTransformerEncoder(device="cpu", max_seq_length=100_000)
+        SentenceTransformerEncoder.load(device="cpu", max_seq_length=100_000)
 
 
 def test_max_seq_length_override_changes_the_window(plain: SentenceTransformer) -> None:
-    small = SentenceTransformerEncoder(device="cpu", long_text="head", max_seq_length=32)
+    small = SentenceTransformerEncoder.load(device="cpu", long_text="head", max_seq_length=32)
     assert small.window == 32 and small.cache_namespace.endswith("|32")
     text = "one two three four five six seven eight nine ten " * 10
     plain.max_seq_length = 32
@@ -204,12 +206,14 @@ def test_auto_compiles_where_it_measured_faster(tmp_path) -> None:
     assert auto_compiles("cpu") is avx512
     assert auto_compiles("cpu", "int8") is False
     assert auto_compiles("cpu", "bf16") is False
-    enc = SentenceTransformerEncoder(device="cpu", compile="auto", compile_cache_dir=str(tmp_path))
+    enc = SentenceTransformerEncoder.load(
+        device="cpu", compile="auto", compile_cache_dir=str(tmp_path)
+    )
     try:
         assert enc.compile_state == ("compiling" if avx512 else "off")
-        assert (getattr(enc, "_compile_thread", None) is not None) is avx512
+        assert (getattr(enc.backend, "thread", None) is not None) is avx512
     finally:
-        thread = getattr(enc, "_compile_thread", None)
+        thread = getattr(enc.backend, "thread", None)
         if thread is not None:
             thread.join(300)  # let it finish: a daemon compiling at exit aborts the process
             assert enc.compile_state == "compiled"
@@ -245,13 +249,17 @@ def test_background_compile_swaps_in_the_same_vectors(plain: SentenceTransformer
     """The background compile (what compile="auto" does on a GPU): eager answers at once, the
     compiled forward is swapped in when warm, and it gives the eager vectors (batches of one
     stay eager by design). Run on CPU here: the mechanism is the same."""
-    enc = SentenceTransformerEncoder(device="cpu", compile="off", compile_cache_dir=str(tmp_path))
-    enc.compile_in_background()
+    from reweighter.embedding.backends import AotBackend
+
+    loaded = SentenceTransformerEncoder.load(device="cpu", compile="off")
+    aot = AotBackend(loaded.backend, loaded.window, tmp_path)  # type: ignore[arg-type]
+    enc = SentenceTransformerEncoder(loaded.stage, aot)
+    thread = aot.compile_in_background()
     texts = [*SHORT, "Step 1: 3 + 4 = 7. " * 80]
-    assert enc.compile_state == "compiling" and not enc.compiled
+    assert enc.compile_state == "compiling" and not aot.compiled
     eager = enc.encode(texts)  # served while the compile runs in its thread
-    enc._compile_thread.join(300)
-    assert enc.compile_state == "compiled" and enc.compiled and enc.compile_seconds > 0
+    thread.join(300)
+    assert enc.compile_state == "compiled" and aot.compiled and aot.compile_seconds
     np.testing.assert_allclose(enc.encode(texts), eager, atol=1e-5)
     np.testing.assert_allclose(
         enc.encode(SHORT), plain.encode(SHORT, normalize_embeddings=True), atol=1e-5
@@ -260,7 +268,7 @@ def test_background_compile_swaps_in_the_same_vectors(plain: SentenceTransformer
     np.testing.assert_allclose(enc.encode(texts[:2]), eager[:2], atol=1e-5)
     many = [f"Step {i}: {i} + 1 = {i + 1}. " * (1 + i % 9) for i in range(40)]
     enc.encode(many)
-    assert enc.recompile_fallbacks == 0
+    assert aot.recompile_fallbacks == 0
 
 
 def test_a_half_precision_checkpoint_runs_fp32_on_cpu(
@@ -275,7 +283,7 @@ def test_a_half_precision_checkpoint_runs_fp32_on_cpu(
     half.save(str(tmp_path))
     loaded = SentenceTransformer(str(tmp_path), device="cpu")
     assert {p.dtype for p in loaded.parameters()} == {torch.float16}  # the premise
-    other = SentenceTransformerEncoder(str(tmp_path), device="cpu", compile="off")
+    other = SentenceTransformerEncoder.load(str(tmp_path), device="cpu", compile="off")
     assert other.precision == "fp32" and other.model_id == str(tmp_path.resolve())
     assert {p.dtype for p in other.model.parameters()} == {torch.float32}
     # only the weights' rounding to fp16 differs from the bundled fp32 model
@@ -298,7 +306,7 @@ def test_spread_windows_are_head_tail_and_evenly_spaced(enc: SentenceTransformer
     assert k == 4
     for n in (c * 20 + 17, 5_000, c * k + 1):
         ids = list(range(n))
-        wins = spread._windows(ids)
+        wins = spread.stage.windows(ids)
         assert len(wins) == k
         assert [list(w) for w in wins] == [
             ids[round(i * (n - c) / (k - 1)) :][:c] for i in range(k)
@@ -308,7 +316,8 @@ def test_spread_windows_are_head_tail_and_evenly_spaced(enc: SentenceTransformer
         assert all(b - a >= c for a, b in zip(starts, starts[1:], strict=False))  # no overlap
     for n in (10, c, c * 3 + 5, c * k):  # short enough: exactly chunk_mean
         ids = list(range(n))
-        assert [list(w) for w in spread._windows(ids)] == [list(w) for w in chunk._windows(ids)]
+        got = [list(w) for w in spread.stage.windows(ids)]
+        assert got == [list(w) for w in chunk.stage.windows(ids)]
     # Its cost is bounded: tokens counted per text stop growing past k windows.
     words = one_token_words(enc, "apple river mountain ocean forest garden window table chair")
     long_a, long_b = exact_text(words, c * 10), exact_text(words, c * 30)
@@ -338,7 +347,7 @@ def test_spread_vector_is_the_mean_of_its_windows(
 
 def test_spread_windows_setting_is_checked() -> None:
     with pytest.raises(ValueError, match="long_text_windows"):
-        SentenceTransformerEncoder(None, device="cpu", long_text="spread", long_text_windows=1)
+        SentenceTransformerEncoder.load(None, device="cpu", long_text="spread", long_text_windows=1)
 
 
 def test_token_ids_equal_the_tokenizer_wrappers(enc: SentenceTransformerEncoder) -> None:
@@ -346,12 +355,12 @@ def test_token_ids_equal_the_tokenizer_wrappers(enc: SentenceTransformerEncoder)
     cheaper per text); its ids must be exactly the wrapper's, and where the backend has been set
     to truncate (plain `encode` does that), the wrapper's call is used, never a cut text."""
     texts = ["", " ", "héllo wörld", "日本語のテキスト", "x\ty\nz", "word " * 700]
-    wrapper = enc._tokenizer(texts, add_special_tokens=False, truncation=False, verbose=False)
-    assert enc._token_ids(texts) == wrapper["input_ids"]
-    assert len(enc._token_ids(texts)[-1]) > enc.window  # nothing truncated
-    backend = enc._tokenizer._tokenizer
+    wrapper = enc.stage.tokenizer(texts, add_special_tokens=False, truncation=False, verbose=False)
+    assert enc.stage.token_ids(texts) == wrapper["input_ids"]
+    assert len(enc.stage.token_ids(texts)[-1]) > enc.window  # nothing truncated
+    backend = enc.stage.tokenizer._tokenizer
     backend.enable_truncation(max_length=8)
     try:
-        assert enc._token_ids(texts) == wrapper["input_ids"]
+        assert enc.stage.token_ids(texts) == wrapper["input_ids"]
     finally:
         backend.no_truncation()

@@ -77,12 +77,12 @@ def test_build_embedder_from_settings(shared_redis_url: str) -> None:
         assert emb.model_id == "sentence-transformers/all-MiniLM-L6-v2" and emb.dim == 384
         assert emb.namespace.endswith("|tail|256")
         assert emb.encoder.max_batch_tokens == 2048  # the CPU default: not set explicitly
-        assert emb.encoder._word_ids is not None  # words remembered by default
+        assert emb.encoder.stage.word_ids is not None  # words remembered by default
     finally:
         emb.close()
     off = build_embedder(Settings(device="cpu", word_cache=0))  # REWEIGHTER_WORD_CACHE=0
     try:
-        assert off.encoder._word_ids is None
+        assert off.encoder.stage.word_ids is None
     finally:
         off.close()
     s = Settings(device="cpu", redis_url=shared_redis_url, max_batch_tokens=4096)

@@ -19,7 +19,7 @@ from reweighter.embedding.sentence_transformers import SentenceTransformerEncode
 def bundled_encoder() -> SentenceTransformerEncoder:
     """The bundled MiniLM on CPU, loaded once per test session, embedding every window of a
     long text (chunk_mean: the tests of long texts compute it by hand; the default is spread)."""
-    return SentenceTransformerEncoder(device="cpu", long_text="chunk_mean")
+    return SentenceTransformerEncoder.load(device="cpu", long_text="chunk_mean")
 
 
 def fresh_view(long_text: str = "chunk_mean") -> SentenceTransformerEncoder:

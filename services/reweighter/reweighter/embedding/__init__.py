@@ -55,20 +55,26 @@ def build_embedder(settings: Settings) -> Embedder:
     Batch limits the operator did not set explicitly are left to the encoder, which picks them
     for its device (small token budgets on CPU, large on GPU).
     """
+    from reweighter.embedding.backends import BackendSettings
     from reweighter.embedding.sentence_transformers import SentenceTransformerEncoder
+    from reweighter.embedding.tokenizer import TokenizerSettings
 
     explicit = settings.model_fields_set
-    encoder = SentenceTransformerEncoder(
-        settings.model,
-        device=settings.device,
-        long_text=settings.long_text,
-        long_text_windows=settings.long_text_windows,
-        max_seq_length=settings.max_seq_length,
-        compile=compile_mode(settings),  # type: ignore[arg-type]
-        precision=settings.precision,
-        precision_cache_dir=settings.precision_cache_dir,
-        compile_cache_dir=settings.compile_cache_dir,
-        word_cache=settings.word_cache,
+    encoder = SentenceTransformerEncoder.build(
+        BackendSettings(
+            model=settings.model,
+            device=settings.device,
+            precision=settings.precision,  # type: ignore[arg-type]
+            compile=compile_mode(settings),  # type: ignore[arg-type]
+            precision_cache_dir=settings.precision_cache_dir,
+            compile_cache_dir=settings.compile_cache_dir,
+        ),
+        TokenizerSettings(
+            long_text=settings.long_text,
+            long_text_windows=settings.long_text_windows,
+            max_seq_length=settings.max_seq_length,
+            word_cache=settings.word_cache,
+        ),
     )
     return CachingEmbedder(
         encoder,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -47,6 +47,39 @@ class Budget:
         cores), so the encoder's last batch and the batcher's last round fold such a tail in."""
         return rows <= self.rows and rows * longest <= self.tokens + self.tokens // 4
 
+    def batches(self, pieces: Sequence[Piece]) -> list[list[int]]:
+        """The forward passes for `pieces`: indices into them, longest first; a batch grows
+        while padded length x count stays within the budget, and a left-over tail joins the
+        last full batch (`fits_with_tail`). Here, beside the rule, so that the encoder's
+        passes and the tests that count them read one function."""
+        order = sorted(range(len(pieces)), key=lambda i: pieces[i].tokens, reverse=True)
+        batches: list[list[int]] = []
+        current: list[int] = []
+        for i in order:
+            padded = pieces[current[0]].tokens if current else pieces[i].tokens
+            if current and not self.fits(len(current) + 1, padded):
+                batches.append(current)
+                current = []
+            current.append(i)
+        if current:
+            batches.append(current)
+        if len(batches) > 1:
+            last, prev = batches[-1], batches[-2]
+            if self.fits_with_tail(len(prev) + len(last), pieces[prev[0]].tokens):
+                batches[-2:] = [prev + last]
+        return batches
+
+
+class Stage(Protocol):
+    """What the batcher tokenises and pools with: texts -> pieces (`split`), and a text's
+    pieces and their vectors -> its vector (`pool`). The model is not part of it: the batcher
+    runs the model through the encoder (`Encoder.embed_pieces`), so tokenising in the helper
+    lanes never touches the object that holds the weights (DESIGN principle 15)."""
+
+    def split(self, texts: Sequence[str]) -> list[Piece]: ...
+
+    def pool(self, pieces: Sequence[Piece], vecs: np.ndarray) -> np.ndarray: ...
+
 
 class Encoder(ABC):
     """Turns texts into L2-normalised float32 vectors, one per text ([N, D] numpy array)."""
@@ -65,6 +98,13 @@ class Encoder(ABC):
     def cache_namespace(self) -> str:
         """Everything that changes a text's vector besides the text: model and long-text policy."""
         return self.model_id
+
+    @property
+    def stage(self) -> Stage:
+        """The tokenizer stage the batcher splits and pools with. An encoder of whole texts is
+        its own (the defaults below); the transformer encoder's is a `TokenizerStage`
+        (reweighter.embedding.tokenizer), an object apart from its backend."""
+        return self
 
     @property
     def max_batch_tokens(self) -> int:
@@ -104,11 +144,14 @@ class Encoder(ABC):
     def pool(self, pieces: Sequence[Piece], vecs: np.ndarray) -> np.ndarray:
         """One text's pieces and their vectors -> its vector: the weighted mean, re-normalised
         when there was more than one piece (a single piece keeps its vector exactly)."""
-        if len(pieces) == 1:
-            return vecs[0]
-        w = np.asarray([p.weight for p in pieces], dtype=np.float64)
-        v = (vecs.astype(np.float64) * w[:, None]).sum(0) / w.sum()
-        return (v / max(float(np.linalg.norm(v)), 1e-12)).astype(np.float32)
+        return vecs[0] if len(pieces) == 1 else weighted_mean(pieces, vecs)
+
+
+def weighted_mean(pieces: Sequence[Piece], vecs: np.ndarray) -> np.ndarray:
+    """Several pieces' vectors -> one: the mean weighted by `Piece.weight`, re-normalised."""
+    w = np.asarray([p.weight for p in pieces], dtype=np.float64)
+    v = (vecs.astype(np.float64) * w[:, None]).sum(0) / w.sum()
+    return (v / max(float(np.linalg.norm(v)), 1e-12)).astype(np.float32)
 
 
 @dataclass

@@ -142,7 +142,8 @@ class DynamicBatcher:
             raise ValueError("max_queue must be at least 1")
         if slice_tokens < 1:
             raise ValueError("slice_tokens must be at least 1")
-        self.encoder = encoder
+        self.encoder = encoder  # runs the model: embed_pieces, dim
+        self.stage = encoder.stage  # tokenises and pools (split, pool): no model in it
         self.slice_tokens = slice_tokens
         self.round_tokens = round_tokens or 4 * slice_tokens
         self.max_round_pieces = max_round_pieces
@@ -288,11 +289,11 @@ class DynamicBatcher:
     def _prepare(self, jobs: list[Job]) -> None:
         """The helper thread: split, then post each text's pieces (or fail just that text)."""
         try:
-            pieces = self.encoder.split([j.text for j in jobs])
+            pieces = self.stage.split([j.text for j in jobs])
         except Exception:
             for job in jobs:  # find the culprit: only its callers see the error
                 try:
-                    self._ready(job, self.encoder.split([job.text]))
+                    self._ready(job, self.stage.split([job.text]))
                 except Exception as exc:
                     self._unprepared(job, exc)
             return
@@ -430,7 +431,7 @@ class DynamicBatcher:
             for job in req.jobs:
                 holders = self._holders.setdefault(id(job), [])
                 holders.append(req)
-                if len(holders) > 1:  # a text in flight for several requests (plan._Views)
+                if len(holders) > 1:  # a text in flight for several requests (plan.index.Views)
                     for holder in holders:
                         holder.length_index.shared.add(id(job))  # type: ignore[union-attr]
             self._active.append(req)
@@ -506,7 +507,7 @@ class DynamicBatcher:
             at += n
             job.done += n
             if job.done == len(job.pieces):
-                job.result = self.encoder.pool(job.pieces, job.vecs)
+                job.result = self.stage.pool(job.pieces, job.vecs)
                 job.vecs = None
                 finished.append(job)
         if not finished:
