@@ -10,6 +10,11 @@ probe gives up at 3 s). Members beyond the budget wait on a future, which costs 
 iteration, and go through in the next ones, so an iteration stays short and the loop reads its
 sockets between slices of the burst. The burst itself is served as fast as before: the same
 work, in slices.
+
+Where: one `Pace` per replica (`GroupAssembler.pace`), two turns per member, one per event that
+comes in bursts: its arrival, taken by the transport that admits it (the HTTP edge for
+/v1/groups/, api/grpc's servicer), and its answer, taken in its round (round.py, `Round.wait`:
+a round's result or a deadline wakes all its waiters at once). The assembler takes none.
 """
 
 from __future__ import annotations
