@@ -255,8 +255,8 @@ def test_an_embed_request_takes_one_text_or_a_list_and_refuses_normalize_false()
 def test_a_stored_round_answers_every_groupstats_field_the_wire_has() -> None:
     """assembly/records.py stores the wire's GroupStats as it is: a field added to it is kept
     through the store's JSON and answered, with no mapping to extend."""
-    from reweighter.assembly.round import member_answer
     from reweighter.assembly.records import GroupMeta, RoundResult
+    from reweighter.assembly.round import member_answer
 
     meta = GroupMeta(group_size=1, method="mmr", params={}, advantages="none",
                      input="embedding", dim=2)  # fmt: skip
