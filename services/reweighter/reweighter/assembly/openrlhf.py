@@ -158,8 +158,9 @@ class Rounds:
         elif len(state.members) >= n and state.open_calls > 0:
             state.surplus += 1  # its round is full and still being answered: seated nowhere
             self.wrong.setdefault(
-                n, f"a sample of a prompt beyond n={n} arrived while its round of {n} was "
-                "answered (n_samples_per_prompt is larger than n)"
+                n,
+                f"a sample of a prompt beyond n={n} arrived while its round of {n} was "
+                "answered (n_samples_per_prompt is larger than n)",
             )
             return Seat(key, "", member, qhash, state.round, surplus=True)
         else:
@@ -168,9 +169,10 @@ class Rounds:
             seat_round = state.round
             if state.probation and state.members and now - state.opened_at > self.late_s:
                 self.wrong.setdefault(
-                    n, f"a sample of a prompt arrived after its round of n={n} was answered and "
+                    n,
+                    f"a sample of a prompt arrived after its round of n={n} was answered and "
                     f"no sibling followed within {self.late_s:g} s: a surplus of that step "
-                    "(n_samples_per_prompt is larger than n)"
+                    "(n_samples_per_prompt is larger than n)",
                 )
                 return Seat(key, "", member, qhash, state.round, wrong=True)
         if seat_round == state.round:

@@ -254,4 +254,3 @@ class MemoryStore(AssemblyStore):
     async def counts(self) -> tuple[int, int]:
         self._prune(self._clock())
         return len(self._open), self._held
-
