@@ -5,7 +5,9 @@ uvicorn server with the service's protocol; bounded (a few requests, 10 s timeou
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import inspect
 import socket
 import threading
 import time
@@ -16,10 +18,10 @@ from typing import Any
 import pytest
 import uvicorn
 from packaging.specifiers import SpecifierSet
-from uvicorn.protocols.http.h11_impl import RequestResponseCycle
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from reweighter.api.http import connections
-from reweighter.api.http.connections import ConnectionGuard, guarded_protocol, health_request
+from reweighter.api.http.connections import ConnectionGuard, GuardedConnection, health_request
 
 PROBE = b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n"
 
@@ -69,8 +71,8 @@ def guarded() -> Iterator[tuple[int, _App, ConnectionGuard, list[bool]]]:
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     config = uvicorn.Config(
-        app,
-        http=guarded_protocol(guard),
+        guard.asgi(app),
+        http=guard.protocol(),
         lifespan="off",
         log_level="error",
         timeout_graceful_shutdown=1,
@@ -189,22 +191,30 @@ def test_the_service_answers_probes_as_its_app_does(service: Any) -> None:
         assert direct == via_app, path
 
 
-def test_uvicorn_is_the_tested_one_and_a_moved_member_stops_the_start(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The guard reads uvicorn internals: pyproject pins the tested range, every member read is
-    where the guard reads it, and a uvicorn where one moved is refused at start, loudly."""
+def test_uvicorn_is_the_tested_one_and_only_its_public_surface_is_used() -> None:
+    """The guard holds uvicorn's protocol and passes it asyncio's callbacks: it subclasses
+    nothing of uvicorn's and calls nothing on it but the asyncio.Protocol interface; pyproject
+    pins the uvicorn range it is tested on, and uvicorn builds protocols with the keywords the
+    guard forwards (`app_state` among them, which reaches each request's scope as `state`)."""
     assert uvicorn.__version__ in SpecifierSet(connections.UVICORN_TESTED)
     pyproject = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
     assert f'"uvicorn{connections.UVICORN_TESTED}"' in pyproject
-    assert connections.moved_uvicorn_members() == []
-    guard = ConnectionGuard(8, 1.0, 1.0)
-    monkeypatch.setitem(connections.UVICORN_MEMBERS, RequestResponseCycle,
-                        ("response_complete", "more_body_renamed"))  # fmt: skip
-    with pytest.raises(RuntimeError) as e:
-        guarded_protocol(guard)
-    assert "RequestResponseCycle.more_body_renamed" in str(e.value)
-    assert f"uvicorn{connections.UVICORN_TESTED}" in str(e.value)
+    assert not any(c.__module__.startswith("uvicorn") for c in GuardedConnection.__mro__)
+    tree = ast.parse(Path(connections.__file__).read_text())
+    used = {
+        node.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "inner"
+    }
+    protocol = {"connection_made", "connection_lost", "data_received", "eof_received",
+                "pause_writing", "resume_writing"}  # fmt: skip
+    assert used and used <= protocol, used - protocol
+    server = inspect.getsource(uvicorn.Server)
+    assert "app_state=self.lifespan.state" in server  # the keyword the guard extends
+    h11 = inspect.getsource(H11Protocol)
+    assert '"state": self.app_state.copy()' in h11  # the ASGI lifespan-state copy
 
 
 @pytest.mark.parametrize("path", ["/healthz", "/readyz"])

@@ -14,7 +14,7 @@ import grpc
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from reweighter.api.http.middleware import endpoint_name
+from reweighter.api.http.routes import endpoint_name
 from reweighter.methods.catalog import CATALOG
 from reweighter.wire._proto.reweighter.v1 import reweighter_pb2 as pb
 

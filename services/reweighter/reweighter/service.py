@@ -25,7 +25,7 @@ try:
 except ModuleNotFoundError as e:  # a light install (`pip install reweighter`) has no server
     raise (server_extra_missing(e, "the reweighter service") or e) from e
 
-from .api.http.connections import ConnectionGuard, connection_limits, guarded_protocol
+from .api.http.connections import ConnectionGuard, connection_limits
 from .config import Settings
 from .engine.surface import EngineSurface
 from .shutdown import draining
@@ -129,8 +129,8 @@ class Service:
         )  # health probes answered by the connections: api/http/connections.py
         self.metrics.watch_connections(self.connections)
         config = uvicorn.Config(
-            self.app,
-            http=guarded_protocol(self.connections),  # TCP_NODELAY, deadlines, the bound
+            self.connections.asgi(self.app),  # tells each connection where its request is
+            http=self.connections.protocol(),  # TCP_NODELAY, deadlines, the bound, probes
             backlog=backlog,
             timeout_keep_alive=s.keepalive_timeout_s,
             lifespan="off",

@@ -1,51 +1,63 @@
 """The HTTP connection layer under hostile clients: a bound on open connections, read
-deadlines for request heads and bodies, and TCP_NODELAY on every accepted socket.
+deadlines for request heads and bodies, TCP_NODELAY on every accepted socket, and health
+probes answered where their bytes are read.
 
 uvicorn's h11 protocol has a keep-alive timeout but no deadline for a request head that never
 completes, and no bound on connections, so a few thousand idle sockets exhaust descriptors.
-`guarded_protocol` returns an H11Protocol subclass bound to one `ConnectionGuard`:
+`ConnectionGuard.protocol()` is the class for `uvicorn.Config(http=...)`, uvicorn's public way
+to choose the protocol: a `GuardedConnection` that *holds* uvicorn's H11Protocol and passes it
+every asyncio callback (composition through the asyncio.Protocol interface; no subclass, no
+member of uvicorn read). `ConnectionGuard.asgi(app)` wraps the app so that each connection
+hears, through the ASGI scope's `state` (the lifespan state uvicorn copies into every request's
+scope, as the ASGI spec says), when its request reaches the app and when the app has answered.
 
 - TCP_NODELAY: asyncio only sets it on sockets created with proto=IPPROTO_TCP, and a socket
   accepted from one bound with proto 0 does not qualify; without it a response written as head +
   body waits for the client's delayed ACK (~40 ms per keep-alive request).
 - head deadline: a connection must deliver a complete request head within `header_timeout_s` of
-  opening (or of its previous response), however slowly it trickles bytes in;
-- body deadline: the body must arrive within `body_timeout_s` of its head;
-- health first: a complete `GET /healthz` or `GET /readyz` head on an idle keep-alive
-  connection is answered here, in the callback that read its bytes, with the app's own answer
-  (`probe_answer`, which router.py's routes serve too; tests/assembly/test_health_connection.py
-  holds the two to the same bytes).
-  Through the app the probe would be a task run in a later loop iteration, behind every
-  callback that the assembly flood has made ready by then: each iteration under a flood is
-  long, and the probe waited two or more of them (issue 29: 2.1 s on a loaded machine, where
-  the liveness probe gives up at 3 s). Here it waits for none: the socket is read, answered and
-  written in one callback, whatever the loop has queued behind it.
+  opening (or of its previous response), however slowly it trickles bytes in; the connection
+  sees the head end (the first blank line) in the bytes it passes on.
+- body deadline: a declared body (content-length) must arrive within `body_timeout_s` of its
+  head, counted in the bytes passed on; a chunked body until the app has read its last chunk.
+- health first: a complete `GET /healthz` or `GET /readyz` head on an idle connection is
+  answered here, in the callback that read its bytes, with the app's own answer (`probe_answer`,
+  which router.py's routes serve too; tests/assembly/test_health_connection.py holds the two to
+  the same bytes). Through the app the probe would be a task run in a later loop iteration,
+  behind every callback that the assembly flood has made ready by then: each iteration under a
+  flood is long, and the probe waited two or more of them (issue 29: 2.1 s on a loaded machine,
+  where the liveness probe gives up at 3 s). Here it waits for none. Only where the connection
+  can account for every byte (each request's body exactly its content-length): after a chunked
+  body or pipelined requests its probes go to the app, in order.
 - bound: at `max_connections` open connections, a new one closes the oldest connection that has
   no request in progress (idle keep-alive, or a head still arriving): a flood of idle sockets
   cannot lock out /healthz or real clients. When every connection is busy, the new one gets a
   429 and is closed. Busy connections (a request being served, e.g. waiting on group assembly)
   are never evicted, so the bound is also how many requests may wait at once.
+- gone: `scope["reweighter.gone"]` tells whether the request's connection was lost (the
+  deadline's probe, reweighter.tenancy.Deadline): the work of a client that left is dropped.
 
-This subclasses uvicorn's H11Protocol and reads members uvicorn does not promise to keep
-(`UVICORN_MEMBERS`): pyproject pins uvicorn to the range tested here, and `guarded_protocol`
-refuses to start (naming the member and that range) on a uvicorn where one of them moved.
+What this relies on of uvicorn: the keywords it builds a protocol with (`config`,
+`server_state`, `app_state`, `_loop`; forwarded as given) and that each request's scope gets a
+copy of `app_state` as `state`. pyproject pins uvicorn to the tested range, and
+tests/assembly/test_health_connection.py checks both on the installed one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import json
 import logging
 import resource
 import socket
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
-import h11
-import uvicorn
-from uvicorn.protocols.http.h11_impl import H11Protocol, RequestResponseCycle
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from ...errors import Overloaded, ReweighterError
+from .errors import error_bytes
 
 log = logging.getLogger(__name__)
 
@@ -80,15 +92,6 @@ def connection_limits(requested: int) -> tuple[int, int]:
             soft,
         )
     return bound, backlog
-
-
-def _refusal(status: int, reason: str, message: str, kind: str) -> bytes:
-    body = json.dumps({"error": {"message": message, "field": None, "type": kind}}).encode()
-    head = (
-        f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
-        f"content-length: {len(body)}\r\nretry-after: 1\r\nconnection: close\r\n\r\n"
-    )
-    return head.encode() + body
 
 
 HEALTH_PATHS = (b"/healthz", b"/readyz")
@@ -147,6 +150,10 @@ def health_request(data: bytes) -> tuple[bytes, bool] | None:
     return parts[1], close
 
 
+CONNECTION = "reweighter.connection"
+"""The key under which each request's scope `state` carries its GuardedConnection."""
+
+
 class ConnectionGuard:
     """Open connections of one HTTP server, oldest first, and the limits they live under;
     `ready` (the engine's readiness), when given, lets the connections answer the health
@@ -163,13 +170,36 @@ class ConnectionGuard:
         self.header_timeout_s = header_timeout_s
         self.body_timeout_s = body_timeout_s
         self.ready = ready
-        self.open: dict[GuardedProtocol, None] = {}  # insertion order = age
+        self.open: dict[GuardedConnection, None] = {}  # insertion order = age
         self.evicted = 0
         self.refused = 0
         self.timed_out = 0
         self.health_answered = 0
 
-    def admit(self, conn: GuardedProtocol) -> bool:
+    def protocol(self) -> type[GuardedConnection]:
+        """The class for `uvicorn.Config(http=...)`, bound to this guard."""
+        return type("GuardedConnection", (GuardedConnection,), {"guard": self})
+
+    def asgi(self, app: ASGIApp) -> ASGIApp:
+        """`app`, telling each request's connection when the app has it and when it answered
+        (the connection then counts as idle again), and giving the request its `gone` probe."""
+
+        async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
+            state = scope.get("state")
+            conn = state.get(CONNECTION) if scope["type"] == "http" and state else None
+            if conn is None:  # another server, or not HTTP: nothing to tell
+                await app(scope, receive, send)
+                return
+            conn.request_started()
+            scope["reweighter.gone"] = conn.gone
+            try:
+                await app(scope, conn.reading(receive) if conn.chunked else receive, send)
+            finally:
+                conn.request_done()
+
+        return guarded
+
+    def admit(self, conn: GuardedConnection) -> bool:
         if len(self.open) >= self.max_connections:
             victim = next((c for c in self.open if c.idle), None)
             if victim is None:
@@ -177,166 +207,263 @@ class ConnectionGuard:
                 return False
             self.evicted += 1
             self.release(victim)
-            victim.transport.close()
+            victim.close()
         self.open[conn] = None
         return True
 
-    def release(self, conn: GuardedProtocol) -> None:
+    def release(self, conn: GuardedConnection) -> None:
         self.open.pop(conn, None)
 
 
-class GuardedProtocol(H11Protocol):
-    """H11Protocol with TCP_NODELAY, head/body deadlines and the connection bound."""
+_TOO_MANY = error_bytes(
+    Overloaded("too many open connections; retry"), "Too Many Requests", "Overloaded"
+)
+_TOO_SLOW = error_bytes(
+    ReweighterError("request head not received in time", http_status=408),
+    "Request Timeout",
+    "Timeout",
+)
+_HEAD_END = b"\r\n\r\n"
+_MAX_HEAD = 65536
+"""Past this many bytes without a blank line the head is h11's to refuse (it does, at 16 KiB)."""
 
-    guard: ConnectionGuard
+
+class GuardedConnection(asyncio.Protocol):
+    """One HTTP connection: uvicorn's H11Protocol inside, every asyncio callback passed to it,
+    with the deadlines, the bound, TCP_NODELAY and the probes around it.
+
+    What it knows it reads off the bytes it passes on (where a head ends, how long its body is)
+    and off the ASGI companion (`ConnectionGuard.asgi`: the app has the request, the app has
+    answered); nothing of uvicorn's."""
+
+    guard: ClassVar[ConnectionGuard]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+        config = kwargs.get("config", args[0] if args else None)
+        state = dict(kwargs.get("app_state") or {})
+        state[CONNECTION] = self
+        kwargs["app_state"] = state
+        self.inner = H11Protocol(*args, **kwargs)
+        self.keep_alive_s = float(getattr(config, "timeout_keep_alive", 5))
+        self.default_headers = _default_headers(config)
+        self.transport: asyncio.Transport | None = None
+        self.loop = asyncio.get_running_loop()
+        self.head = bytearray()  # the bytes of a head still arriving
+        self.in_request = False  # a head came; its response is not written yet
+        self.exact = True  # every byte accounted for: the next bytes start a head
+        self.body_left: int | None = 0  # declared body bytes still to come (None: chunked)
+        self.chunked = False
+        self.lost = False
+        self.served = False  # admitted and passed to uvicorn
         self._timer: asyncio.TimerHandle | None = None
-        self._phase: tuple[str, int] | None = None
 
-    @property
-    def idle(self) -> bool:
-        """No request in progress: nothing is lost by closing it."""
-        return self.cycle is None or self.cycle.response_complete
+    # -- the asyncio.Protocol interface, passed on -------------------------------------------
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             with contextlib.suppress(OSError):  # the peer already went away
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        super().connection_made(transport)
         if not self.guard.admit(self):
-            self.connections.discard(self)
-            transport.write(
-                _refusal(429, "Too Many Requests", "too many open connections; retry", "Overloaded")
-            )
+            transport.write(_TOO_MANY)
             transport.close()
             return
-        self._arm()
+        self.served = True
+        self.inner.connection_made(transport)
+        self._arm(self.guard.header_timeout_s)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
         self.guard.release(self)
         self._disarm()
-        super().connection_lost(exc)
+        if self.served:  # refused at the door, uvicorn never had it
+            self.inner.connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        if self.guard.ready is not None and self._answer_health(data):
+        if not self.served:
             return
-        super().data_received(data)
-        self._arm()
+        if not self.in_request and self.exact:
+            if not self.head and self.guard.ready is not None and self._answer_probe(data):
+                return
+            self._read_head(data)
+        elif self.in_request and self.exact and self.body_left:
+            self._read_body(len(data))
+        self.inner.data_received(data)
 
-    def _answer_health(self, data: bytes) -> bool:
-        """Answer a health probe now, when the connection is between requests and `data` is
-        exactly one probe's head; False (nothing done) otherwise. h11 never sees these bytes,
-        and its state stays IDLE for the connection's next request."""
-        conn = self.conn
-        if not (self.idle and conn.our_state is h11.IDLE and conn.their_state is h11.IDLE):
-            return False
-        if conn.trailing_data[0]:  # part of another request is buffered: keep the order
-            return False
+    def eof_received(self) -> bool | None:
+        return self.inner.eof_received() if self.served else None
+
+    def pause_writing(self) -> None:
+        if self.served:
+            self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self.served:
+            self.inner.resume_writing()
+
+    # -- what the connection reads off the bytes ---------------------------------------------
+
+    @property
+    def idle(self) -> bool:
+        """No request in progress: nothing is lost by closing it."""
+        return not self.in_request
+
+    def gone(self) -> bool:
+        """Whether the client has gone (the request's `Deadline` probe)."""
+        return self.lost
+
+    def _read_head(self, data: bytes) -> None:
+        """Find where the head ends; past it, the head's declared body is counted off."""
+        scan_from = max(0, len(self.head) - 3)
+        self.head += data
+        end = self.head.find(_HEAD_END, scan_from)
+        if end < 0:
+            if len(self.head) > _MAX_HEAD:
+                self.exact = False  # h11 refuses such a head; stop keeping it
+                self.head.clear()
+            return
+        head, rest = bytes(self.head[: end + 4]), len(self.head) - end - 4
+        self.head.clear()
+        self.in_request = True
+        self.body_left = _declared_body(head)
+        self.chunked = self.body_left is None
+        if self.body_left == 0:
+            self._disarm()  # no body: the app works on it, no read deadline
+        else:
+            self._arm(self.guard.body_timeout_s, restart=True)
+        if rest:
+            self._read_body(rest)
+
+    def _read_body(self, n: int) -> None:
+        if self.body_left is None:
+            return
+        self.body_left -= n
+        if self.body_left < 0:  # more than this request: pipelined; stop accounting
+            self.exact = False
+        if self.body_left <= 0:
+            self._disarm()
+
+    def reading(self, receive: Receive) -> Receive:
+        """`receive`, noting when a chunked body's last chunk has been read (its deadline
+        ends there: the connection cannot count a chunked body off the bytes)."""
+
+        async def watched() -> Message:
+            message = await receive()
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                self.body_left = 0
+                self._disarm()
+            return message
+
+        return watched
+
+    # -- what the ASGI companion tells it ----------------------------------------------------
+
+    def request_started(self) -> None:
+        if not self.in_request:  # after pipelining: the head was not seen in the bytes
+            self.in_request = True
+            self.body_left, self.chunked = 0, False
+            self._disarm()
+
+    def request_done(self) -> None:
+        """The app has answered: the next bytes are the next head (if every byte of this
+        request was counted off), and its deadline starts now."""
+        if self.chunked:
+            self.exact = False  # its framing was not counted: the next head is not known
+        self.in_request, self.chunked, self.body_left = False, False, 0
+        if not self.lost:
+            self._arm(self.guard.header_timeout_s, restart=True)
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    # -- probes ------------------------------------------------------------------------------
+
+    def _answer_probe(self, data: bytes) -> bool:
+        """Answer a health probe now, when `data` is exactly one probe's head; False (nothing
+        done) otherwise. h11 never sees these bytes, so its state stays idle for the
+        connection's next request."""
         probe = health_request(data)
-        if probe is None:
+        if probe is None or self.transport is None:
             return False
         path, close = probe
         assert self.guard.ready is not None
         self.guard.health_answered += 1
-        self.server_state.total_requests += 1
-        extra = list(self.server_state.default_headers)
-        self.transport.write(health_answer(path, self.guard.ready(), close, extra))
+        answer = health_answer(path, self.guard.ready(), close, self.default_headers())
+        self.transport.write(answer)
         if close:
             self.transport.close()
-            return True
-        self._unset_keepalive_if_required()
-        self.timeout_keep_alive_task = self.loop.call_later(
-            self.timeout_keep_alive, self.timeout_keep_alive_handler
-        )
-        self._disarm()  # a new head deadline: the next request starts now
-        self._arm()
+        else:  # a new head deadline: the next request starts now
+            self._arm(min(self.guard.header_timeout_s, self.keep_alive_s), restart=True)
         return True
-
-    def on_response_complete(self) -> None:
-        super().on_response_complete()
-        self._arm()
 
     # -- deadlines ---------------------------------------------------------------------------
 
-    def _arm(self) -> None:
-        """Start the deadline of the phase the connection is in, unless it is already running:
-        trickling bytes does not extend a deadline."""
-        if self.transport is None or self.transport.is_closing():
-            return
-        cycle = self.cycle
-        if cycle is None or cycle.response_complete:
-            phase: tuple[str, int] | None = ("head", id(cycle))
-        elif cycle.more_body:
-            phase = ("body", id(cycle))
-        else:
-            phase = None  # the request is complete: the app works on it, no read deadline
-        if phase == self._phase:
+    def _arm(self, delay: float, restart: bool = False) -> None:
+        """Start a read deadline, unless one runs and `restart` is False: trickling bytes does
+        not extend a deadline."""
+        if self._timer is not None and not restart:
             return
         self._disarm()
-        self._phase = phase
-        if phase is not None:
-            g = self.guard
-            delay = g.header_timeout_s if phase[0] == "head" else g.body_timeout_s
+        if self.transport is not None and not self.transport.is_closing():
             self._timer = self.loop.call_later(delay, self._expire)
 
     def _disarm(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        self._phase = None
 
     def _expire(self) -> None:
         self._timer = None
-        if self.transport.is_closing():
+        if self.transport is None or self.transport.is_closing():
             return
         self.guard.timed_out += 1
-        if self.idle:  # a head still arriving (or an idle keep-alive): just close
-            self.transport.write(
-                _refusal(408, "Request Timeout", "request head not received in time", "Timeout")
-            )
+        if self.idle:  # a head still arriving (or an idle keep-alive): say why, then close
+            self.transport.write(_TOO_SLOW)
         self.transport.close()
 
 
+def _declared_body(head: bytes) -> int | None:
+    """The body a request head declares: its content-length (0 without one), None when chunked
+    (or anything the connection will not count: h11 judges it)."""
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, sep, value = line.partition(b":")
+        if not sep:
+            continue
+        name = name.strip().lower()
+        if name == b"transfer-encoding":
+            return None
+        if name == b"content-length":
+            value = value.strip()
+            if not value.isdigit():
+                return None
+            length = int(value)
+    return length
+
+
+def _default_headers(config: Any) -> Callable[[], list[tuple[bytes, bytes]]]:
+    """The headers uvicorn adds to every answer, from its public settings (`server_header`,
+    `date_header`, `headers`): a probe answered here looks like one answered by the app."""
+    from email.utils import formatdate
+
+    fixed: list[tuple[bytes, bytes]] = []
+    if getattr(config, "server_header", True):
+        fixed.append((b"server", b"uvicorn"))
+    for name, value in getattr(config, "headers", None) or []:
+        fixed.append((name.lower().encode("latin-1"), value.encode("latin-1")))
+    with_date = bool(getattr(config, "date_header", True))
+
+    def headers() -> list[tuple[bytes, bytes]]:
+        if not with_date:
+            return fixed
+        return [(b"date", formatdate(usegmt=True).encode()), *fixed]
+
+    return headers
+
+
 UVICORN_TESTED = ">=0.54,<0.55"
-"""The uvicorn versions GuardedProtocol is tested on: pyproject pins the server extra to it."""
-UVICORN_MEMBERS: dict[type, tuple[str, ...]] = {
-    H11Protocol: (
-        "cycle", "conn", "server_state", "transport", "loop", "connections",
-        "timeout_keep_alive", "timeout_keep_alive_task", "timeout_keep_alive_handler",
-        "_unset_keepalive_if_required", "on_response_complete", "data_received",
-        "connection_made", "connection_lost",
-    ),
-    RequestResponseCycle: ("response_complete", "more_body"),
-}  # fmt: skip
-"""What GuardedProtocol reads of uvicorn beyond its public API: members of these classes (set
-as `self.<name>` in their source, or defined on them)."""
-
-
-def moved_uvicorn_members() -> list[str]:
-    """The members of UVICORN_MEMBERS that their classes no longer have: [] on a tested
-    uvicorn."""
-    moved = []
-    for cls, names in UVICORN_MEMBERS.items():
-        try:
-            source = inspect.getsource(cls)
-        except (OSError, TypeError):
-            source = ""
-        for name in names:
-            if not hasattr(cls, name) and f"self.{name} =" not in source:
-                moved.append(f"{cls.__name__}.{name}")
-    return moved
-
-
-def guarded_protocol(guard: ConnectionGuard) -> type[GuardedProtocol]:
-    """An H11Protocol class bound to `guard`, for uvicorn.Config(http=...); refuses a uvicorn
-    whose internals moved (a RuntimeError naming them), rather than misbehaving under load."""
-    moved = moved_uvicorn_members()
-    if moved:
-        raise RuntimeError(
-            f"uvicorn {uvicorn.__version__} lacks {', '.join(moved)}, which the connection "
-            f"guard (reweighter/api/http/connections.py) reads: install uvicorn{UVICORN_TESTED}"
-        )
-    return type("GuardedH11Protocol", (GuardedProtocol,), {"guard": guard})
+"""The uvicorn versions the connection layer is tested on: pyproject pins the server extra to
+it. What it relies on is public (the module docstring); the pin keeps it tested."""

@@ -2,8 +2,8 @@
 
 The page is one static file (static/dashboard.html: hand-written SVG charts, no CDN, works
 offline) and carries no data, so it is served openly like `/docs`; its data, the caller's job's
-per-step figures (engine/board.py), is a `/v1/` route behind the same key middleware and
-dependency as every other, and the job is the caller's tenant, so a tenant sees its own job only.
+per-step figures (engine/board.py), is a `/v1/` route behind the same admission as every
+other, and the job is the caller's tenant, so a tenant sees its own job only.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from fastapi.responses import HTMLResponse
 from ...engine.board import current_job
 from ...engine.surface import EngineSurface
 from ..metrics import Metrics
+from .dispatch import v1_router
 
 PAGE = files(__package__).joinpath("static", "dashboard.html")
 
@@ -34,8 +35,8 @@ def build_dashboard_page() -> APIRouter:
 
 
 def build_dashboard_data(engine: EngineSurface, metrics: Metrics) -> APIRouter:
-    """Relative to the `/v1` router it is included in (its key dependency applies)."""
-    router = APIRouter(tags=["dashboard"])
+    """Relative to the `/v1` router it is included in."""
+    router = v1_router(tags=["dashboard"])
 
     @router.get("/dashboard")
     async def dashboard_data() -> dict[str, Any]:

@@ -2,9 +2,9 @@
 
 The messages are OpenAI's (reweighter.wire.openai). The route is a thin edge like every other:
 it calls `engine.aembed`, the same call as `/v1/embed`, so the same limits, dynamic batcher,
-cache and metrics apply; it sits on the `/v1` router, so the same API-key dependency (and the
-body-size and key middleware before it) guards it. Errors on these paths are in OpenAI's shape
-(the app's handlers and the middleware ask `wire.openai.OPENAI_PATHS`).
+cache and metrics apply; it sits on the `/v1` router, so the same admission (admission.py) and
+dispatcher (dispatch.py) serve it. Errors on these paths are in OpenAI's shape (errors.py, the
+one error writer, asks `wire.openai.OPENAI_PATHS`).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from ...errors import InvalidInput, ModelNotFound, ReweighterError
 from ...types import EmbedResult
 from ...wire.openai import EmbeddingsIn, EmbeddingsOut, ModelOut, ModelsOut, embeddings_body
 from ..metrics import Metrics
+from .dispatch import v1_router
 
 _STARTED = int(time.time())
 
@@ -64,8 +65,8 @@ async def _aembed(engine: EngineSurface, texts: list[str]) -> EmbedResult:
 
 
 def build_openai_router(engine: EngineSurface, settings: Settings, metrics: Metrics) -> APIRouter:
-    """Routes relative to the `/v1` router they are included in (its key dependency applies)."""
-    router = APIRouter(tags=["openai"])
+    """Routes relative to the `/v1` router they are included in."""
+    router = v1_router(tags=["openai"])
 
     @router.post("/embeddings", response_model=EmbeddingsOut)
     async def embeddings(body: EmbeddingsIn) -> Response:

@@ -18,9 +18,9 @@ changes: no answer is ever computed over samples of two steps.
 
 Authentication: OpenRLHF's client sends no headers, so besides `/v1/openrlhf/reward` (the
 service's bearer key, like every /v1 route) the route is served at `/v1/openrlhf/<token>/reward`
-when `--openrlhf-token` is set; the token is checked in constant time by the HTTP middleware
-before the body is read, and masked in log lines (reweighter.logs). docs/integrations.md gives
-the trade-off.
+when `--openrlhf-token` is set; the token is checked in constant time by the HTTP admission
+step (admission.py) before the body is read, and masked in log lines (reweighter.logs).
+docs/integrations.md gives the trade-off.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from ...verify.math_answers import canonical_answer, math_verifier
 from ...verify.upstream import UpstreamVerifier
 from ...wire.http import ErrorOut
 from ..metrics import Metrics
+from .dispatch import v1_router
 from .router import ERROR_RESPONSES
 
 log = logging.getLogger(__name__)
@@ -126,7 +127,8 @@ class _StatsCollector(Collector):
 
 def is_token_path(path: str, token: str | None) -> bool:
     """True when `path` is the token route; raises Unauthenticated when its token is wrong.
-    The HTTP middleware calls this before reading the body (and before the bearer check)."""
+    HTTP admission (admission.py) calls this before reading the body (and before the bearer
+    check)."""
     match = TOKEN_PATH.match(path)
     if match is None:
         return False
@@ -163,7 +165,7 @@ def build_openrlhf_router(
     late_s: float = 10.0,
 ) -> APIRouter:
     """The route at `paths`. `verifier`: default from `settings` (the upstream URL, else the
-    math checker). Authentication is the middleware's (see `is_token_path`). `late_s`: how long
+    math checker). Authentication is admission's (see `is_token_path`). `late_s`: how long
     after a round opened its siblings may still join it when it was opened just after the
     prompt's full round was answered (assembly/openrlhf.py: a late surplus)."""
     if verifier is None:
@@ -183,7 +185,7 @@ def build_openrlhf_router(
         return per_tenant[t]
 
     close = getattr(verifier, "aclose", None)
-    router = APIRouter(tags=["openrlhf"], on_shutdown=[close] if close else None)
+    router = v1_router(tags=["openrlhf"], on_shutdown=[close] if close else None)
 
     # wrong_now (per tenant, in `state`): n -> set once a surplus shows n is wrong
 

@@ -5,6 +5,8 @@ in the `reweighter` package docstring) are routed from their table entry, with n
 embed, info, the group members and the health routes are written out here, their messages
 still derived from reweighter.types (reweighter.wire.http); the health routes are also answered
 by the connection layer before the app (api/http/connections.py), with the same bytes.
+Every /v1 route is an EdgeRoute (dispatch.py: one dispatcher) behind one admission step
+(admission.py: key, tenant, deadline, size, pace); none takes a dependency.
 The field names of its schema errors and its metrics label come from the route itself
 (routes.py): there is no list to extend.
 """
@@ -15,14 +17,15 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic import BaseModel
 
 from ...assembly import GroupAssembler
 from ...config import Settings
 from ...engine.surface import EngineSurface
 from ...errors import NotReady
-from ...tenancy import Tenants, current_tenant, single_key
+from ...tenancy import current_tenant
 from ...types import EngineInfo
 from ...wire.calls import CALLS, Call
 from ...wire.http import (
@@ -37,9 +40,9 @@ from ...wire.http import (
     to_engine,
 )
 from ..metrics import Metrics
-from .calls import serve_call
 from .connections import probe_answer
 from .dashboard import build_dashboard_data, build_dashboard_page
+from .dispatch import v1_router
 from .openai import build_openai_router
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -69,16 +72,11 @@ def build_router(
     settings: Settings,
     metrics: Metrics,
     assembler: GroupAssembler | None = None,
-    tenants: Tenants | None = None,
 ) -> APIRouter:
-    who = tenants if tenants is not None else Tenants(single_key(settings.api_key))
-
-    async def require_key(request: Request) -> None:
-        # The middleware resolved the tenant already; this is the routes' own guard.
-        who.table.resolve_bearer(request.headers.get("authorization"))
-
+    """The app's routes: health, the dashboard page, and /v1 (its caller admitted before:
+    admission.py)."""
     health = APIRouter(tags=["health"])
-    api = APIRouter(prefix="/v1", dependencies=[Depends(require_key)], responses=ERROR_RESPONSES)
+    api = v1_router(prefix="/v1", responses=ERROR_RESPONSES)
 
     def probe(path: str, response: Response) -> StatusOut:
         code, state, headers = probe_answer(path, engine.ready)
@@ -124,9 +122,7 @@ def build_router(
             return answer(await engine.aembed(to_engine(body).texts()))  # type: ignore[return-value]
 
     # group ids may hold "/" (sent percent-encoded; the path is decoded before routing)
-    @api.post(
-        "/groups/{group_id:path}/members", response_model=MemberOut, responses=_MEMBER_ERRORS
-    )
+    @api.post("/groups/{group_id:path}/members", response_model=MemberOut, responses=_MEMBER_ERRORS)
     async def submit_member(group_id: str, body: MemberIn) -> MemberOut:
         """Add one member to its group and wait until the group is whole (or the member's
         timeout passes); the answer equals /v1/reweight on the group in member_id order."""
@@ -146,12 +142,19 @@ def build_router(
     return router
 
 
+async def serve_call(call: Call, engine: EngineSurface, metrics: Metrics, body: Any) -> BaseModel:
+    """One call, its body parsed: counted and timed, the engine coroutine, the answer model."""
+    with metrics.track("http", call.name, str(getattr(body, "method", ""))):
+        request = to_engine(body)
+        if call.size is not None:
+            metrics.completions.labels("http").observe(call.size(request))
+        return answer(await getattr(engine, call.engine)(request))
+
+
 def _handler(call: Call, engine: EngineSurface, metrics: Metrics) -> Callable[..., Any]:
-    """The route of one call of the table: the body parsed with the request's model, then
-    `serve_call` (the engine coroutine, the answer model; the metrics label is the call's name
-    and the method, if the request has one). Well-formed bodies are served before FastAPI
-    routes them, by the same `serve_call` (calls.CallFastPath); this route answers the rest and
-    documents the call."""
+    """The endpoint of one call of the table: its body parsed with the request's model (by the
+    dispatcher), then `serve_call` (the metrics label is the call's name and the method, if the
+    request has one). Its signature names the request model, so FastAPI documents the call."""
 
     async def handle(body: Any) -> Any:
         return await serve_call(call, engine, metrics, body)

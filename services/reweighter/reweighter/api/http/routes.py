@@ -15,7 +15,13 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute, iter_route_contexts
 from pydantic import BaseModel
 
-from .middleware import endpoint_name
+
+def endpoint_name(path: str) -> str:
+    """The metrics label of a path: its last segment ("/v1/reweight" -> "reweight"); the
+    OpenRLHF route (which may carry a secret segment) is "openrlhf"."""
+    if path.startswith("/v1/openrlhf/"):
+        return "openrlhf"
+    return path.rsplit("/", 1)[-1] or "root"
 
 
 def api_routes(app: FastAPI) -> list[tuple[str, APIRoute]]:

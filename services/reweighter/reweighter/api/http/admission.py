@@ -1,9 +1,12 @@
-"""ASGI middleware of the HTTP transport: the API key and the body-size limit, both enforced
-before a byte of the body is read.
+"""The one admission step of the HTTP transport: who calls (key and tenant), until when
+(deadline), how much (body size) and when (pace), judged once per request, before anything
+reads or parses its body.
 
-Checking the key in a route dependency is too late: FastAPI reads and parses the whole body
-first, so an unauthenticated client could make the server read 100+ MB. A refusal here answers
-at once with `connection: close`, so the server stops reading the rest of the body too.
+Why before the routes: a route dependency runs after FastAPI has read and parsed the whole
+body, so an unauthenticated client could make the server read 100+ MB. A refusal here answers at
+once with `connection: close`, so the server stops reading the rest of the body too. Nothing
+after this step checks a key again: the /v1 routes take no dependencies (dispatch.py refuses a
+route that declares one), so there is no second place for admission to drift into.
 """
 
 from __future__ import annotations
@@ -11,56 +14,26 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ...assembly.pace import Pace
 from ...errors import InvalidInput, LimitExceeded, ReweighterError, Unauthenticated
-from ...tenancy import (
-    DEADLINE_HEADER,
-    DEFAULT,
-    Deadline,
-    Tenant,
-    Tenants,
-    enter,
-    set_deadline,
-    single_key,
-)
-from ...wire.http import ErrorOut
-from ...wire.openai import OPENAI_PATHS, openai_error, openai_status
+from ...tenancy import DEADLINE_HEADER, DEFAULT, Deadline, Tenant, Tenants, enter, set_deadline
 from ..metrics import Metrics
-
-
-def endpoint_name(path: str) -> str:
-    """The metrics label of a path: its last segment ("/v1/reweight" -> "reweight"); the
-    OpenRLHF route (which may carry a secret segment) is "openrlhf"."""
-    if path.startswith("/v1/openrlhf/"):
-        return "openrlhf"
-    return path.rsplit("/", 1)[-1] or "root"
-
-
-def error_response(
-    path: str, exc: ReweighterError, headers: dict[str, str] | None = None
-) -> JSONResponse:
-    """An error as the path's clients expect it: OpenAI's shape (400 for bad input) on the
-    OpenAI routes, ours (`ErrorOut`, the error's own code) everywhere else."""
-    if path in OPENAI_PATHS:
-        body = openai_error(exc).model_dump()
-        return JSONResponse(body, status_code=openai_status(exc), headers=headers)
-    body = ErrorOut.from_error(exc).model_dump()
-    return JSONResponse(body, status_code=exc.http_status, headers=headers)
-
+from .errors import error_response
+from .routes import endpoint_name
 
 PROTECTED_PREFIX = "/v1/"
-
+"""Paths that need a caller: a key, or a secret of their own (`own_secret`)."""
 
 MEMBER_PREFIX = "/v1/groups/"
 """The group-member route (`POST /v1/groups/{group_id}/members`): paced."""
 
 
-class BodyLimit:
-    """401 without the API key (on /v1/ routes), then 413 for bodies over the limit, before
-    anything reads or parses them.
+class Admission:
+    """ASGI middleware: 401 without a key (on /v1/ routes), 422 for a bad deadline header, 413
+    for a body over the limit, a turn of the members' pace; then the request goes on with its
+    tenant and deadline set (`reweighter.tenancy`).
 
     A declared Content-Length is checked up front (the server enforces that framing); a chunked
     body is read, counted and replayed.
@@ -71,21 +44,18 @@ class BodyLimit:
         app: ASGIApp,
         limit: int,
         metrics: Metrics,
-        api_key: str | None = None,
+        tenants: Tenants,
         own_secret: Callable[[str], bool | Tenant] | None = None,
         pace: Pace | None = None,
-        tenants: Tenants | None = None,
     ) -> None:
         """`own_secret(path)`: True (or its Tenant) for a path that carries its own secret and
         has passed its check (raises Unauthenticated when it fails); such a path needs no bearer
-        key. `pace`: the assembler's (assembly/pace.py); a group member's request takes a turn
-        before its routing and parsing, so a burst of them cannot hold the loop in one
-        iteration. `tenants`: who may call (reweighter.tenancy); default: `api_key` alone.
-        The caller's tenant is set for the route (`reweighter.tenancy.current_tenant`)."""
-        self.app, self.limit, self.metrics, self.api_key = app, limit, metrics, api_key
+        key. `pace`: the assembler's (assembly/pace.py); a group member's request takes its one
+        turn here, before its routing and parsing, so a burst of them cannot hold the loop in
+        one iteration. `tenants`: who may call (reweighter.tenancy)."""
+        self.app, self.limit, self.metrics, self.tenants = app, limit, metrics, tenants
         self.own_secret = own_secret
         self.pace = pace
-        self.tenants = tenants if tenants is not None else Tenants(single_key(api_key))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -93,16 +63,9 @@ class BodyLimit:
             return
         headers = dict(scope.get("headers", []))
         path = scope.get("path", "")
-        tenant: Tenant | None = None
         try:
-            owned = self.own_secret(path) if self.own_secret is not None else False
-            if owned:
-                tenant = owned if isinstance(owned, Tenant) else DEFAULT
-            elif path.startswith(PROTECTED_PREFIX):
-                auth = headers.get(b"authorization")
-                table = self.tenants.table
-                tenant = table.resolve_bearer(auth.decode("latin-1") if auth else None)
-            deadline = _deadline(headers.get(DEADLINE_HEADER.encode()), receive)
+            tenant = self._caller(path, headers.get(b"authorization"))
+            deadline = _deadline(headers.get(DEADLINE_HEADER.encode()), scope)
         except (Unauthenticated, InvalidInput) as exc:
             await self._refuse(scope, send, exc)
             return
@@ -132,20 +95,31 @@ class BodyLimit:
             more = message.get("more_body", False)
         await self.app(scope, replay(b"".join(chunks), receive), send)
 
+    def _caller(self, path: str, auth: bytes | None) -> Tenant | None:
+        """The caller's tenant: a path's own secret, else the bearer key on /v1/ paths; None
+        for the open paths (health, metrics, docs), which carry no request content."""
+        owned = self.own_secret(path) if self.own_secret is not None else False
+        if owned:
+            return owned if isinstance(owned, Tenant) else DEFAULT
+        if path.startswith(PROTECTED_PREFIX):
+            header = auth.decode("latin-1") if auth else None
+            return self.tenants.table.resolve_bearer(header)
+        return None
+
     def _too_big(self, size: int) -> LimitExceeded:
         return LimitExceeded(f"request body of {size}+ bytes exceeds the limit of {self.limit}")
 
     async def _refuse(self, scope: Scope, send: Send, exc: ReweighterError) -> None:
         """Answer now and close: the unread rest of the body is never read."""
-        path = endpoint_name(scope.get("path", ""))
-        self.metrics.count_rejected("http", path, type(exc).__name__)
-        response = error_response(scope.get("path", ""), exc, {"connection": "close"})
+        path = scope.get("path", "")
+        self.metrics.count_rejected("http", endpoint_name(path), type(exc).__name__)
+        response = error_response(path, exc, {"connection": "close"})
         await response(scope, _no_receive, send)
 
 
 def replay(body: bytes, receive: Receive) -> Receive:
     """A receive that gives `body` (already read) once, then defers to the real one (a
-    disconnect): for the app after a middleware has read the request's body."""
+    disconnect): for the app after admission has read a chunked body."""
     sent = False
 
     async def replayed() -> Message:
@@ -158,9 +132,9 @@ def replay(body: bytes, receive: Receive) -> Receive:
     return replayed
 
 
-def _deadline(header: bytes | None, receive: Receive) -> Deadline | None:
-    """The request's deadline: `x-request-timeout` seconds from now, and a probe of whether its
-    client has gone (uvicorn's request cycle records a disconnect; other servers: no probe)."""
+def _deadline(header: bytes | None, scope: Scope) -> Deadline:
+    """The request's deadline: `x-request-timeout` seconds from now, and the probe of whether its
+    client has gone (the connection layer's, api/http/connections.py; other servers: none)."""
     at = None
     if header is not None:
         try:
@@ -173,9 +147,7 @@ def _deadline(header: bytes | None, receive: Receive) -> Deadline | None:
                 field=DEADLINE_HEADER,
             )
         at = time.monotonic() + seconds
-    cycle = getattr(receive, "__self__", None)
-    gone = (lambda: bool(cycle.disconnected)) if hasattr(cycle, "disconnected") else None
-    return Deadline(at, gone)
+    return Deadline(at, scope.get("reweighter.gone"))
 
 
 async def _no_receive() -> Message:
