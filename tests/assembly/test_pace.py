@@ -10,7 +10,11 @@ from __future__ import annotations
 import asyncio
 from types import SimpleNamespace
 
+import httpx
+import pytest
+
 from reweighter.api.grpc.servicer import ReweighterServicer
+from reweighter.api.http.app import create_app
 from reweighter.api.metrics import Metrics
 from reweighter.assembly import GroupAssembler, MemberSubmission, MemoryStore
 from reweighter.assembly.pace import Pace
@@ -138,3 +142,46 @@ async def test_a_rounds_answers_go_out_in_slices(engine: ReweightEngine) -> None
         per_iteration[it] = per_iteration.get(it, 0) + 1
     assert len(answered_in) == n
     assert max(per_iteration.values()) <= 8 and len(per_iteration) >= n // 8
+
+
+async def test_a_member_takes_two_turns_its_admission_and_its_answer(
+    engine: ReweightEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On either transport and both HTTP member routes, a member takes one turn where its
+    transport admits it and one before its answer: two in all, none in the assembler (over
+    HTTP it took three while the assembler took one too; the OpenRLHF route's admission took
+    none)."""
+    asm = assembler(engine, per_tick=32)
+    turns: list[str] = []
+    original = asm.pace.turn
+
+    async def counted() -> None:
+        turns.append("turn")
+        await original()
+
+    monkeypatch.setattr(asm.pace, "turn", counted)
+    app = create_app(engine, asm.settings, assembler=asm)
+    try:
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://test"
+        ) as client:
+            member = {"member_id": "a", "group_size": 1, "reward": 1.0, "embedding": [1.0, 0.0]}
+            r = await client.post("/v1/groups/g1/members", json=member)
+            assert r.status_code == 200, r.text
+            assert len(turns) == 2
+            samples = [  # a group of two samples of one prompt (n=1 is answered unassembled)
+                {"query": [f"2 + 2? {answer}"], "prompts": ["2 + 2?"], "labels": ["4"]}
+                for answer in (4, 5)
+            ]
+            posts = [client.post("/v1/openrlhf/reward?n=2", json=s) for s in samples]
+            for r in await asyncio.gather(*posts):
+                assert r.status_code == 200, r.text
+                assert r.json()["extra_logs"]["reweighted"] == [1.0]
+            assert len(turns) == 6
+        servicer = ReweighterServicer(engine, Metrics(engine), asm)
+        sub = MemberSubmission("g2", "a", 1, 1.0, embedding=[1.0, 0.0])
+        answer = await servicer.SubmitMember(to_proto(sub, pb.SubmitMemberRequest), object())
+        assert answer.complete
+        assert len(turns) == 8
+    finally:
+        await asm.aclose()
