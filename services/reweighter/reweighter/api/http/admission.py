@@ -26,8 +26,9 @@ from .routes import endpoint_name
 PROTECTED_PREFIX = "/v1/"
 """Paths that need a caller: a key, or a secret of their own (`own_secret`)."""
 
-MEMBER_PREFIX = "/v1/groups/"
-"""The group-member route (`POST /v1/groups/{group_id}/members`): paced."""
+PACED = ("/v1/groups/", "/v1/openrlhf/")
+"""The routes whose requests join a group and wait for it (`POST /v1/groups/{group_id}/members`,
+the OpenRLHF route): paced."""
 
 
 class Admission:
@@ -50,9 +51,9 @@ class Admission:
     ) -> None:
         """`own_secret(path)`: True (or its Tenant) for a path that carries its own secret and
         has passed its check (raises Unauthenticated when it fails); such a path needs no bearer
-        key. `pace`: the assembler's (assembly/pace.py); a group member's request takes its one
-        turn here, before its routing and parsing, so a burst of them cannot hold the loop in
-        one iteration. `tenants`: who may call (reweighter.tenancy)."""
+        key. `pace`: the assembler's (assembly/pace.py); a group member's request (PACED) takes
+        its admission turn here, before its routing and parsing, so a burst of them cannot hold
+        the loop in one iteration. `tenants`: who may call (reweighter.tenancy)."""
         self.app, self.limit, self.metrics, self.tenants = app, limit, metrics, tenants
         self.own_secret = own_secret
         self.pace = pace
@@ -73,7 +74,7 @@ class Admission:
             scope["reweighter.tenant"] = tenant
             enter(tenant)  # this request's task only (uvicorn runs each in its own)
         set_deadline(deadline)
-        if self.pace is not None and path.startswith(MEMBER_PREFIX):
+        if self.pace is not None and path.startswith(PACED):
             await self.pace.turn()
         declared = headers.get(b"content-length")
         if declared is not None:
