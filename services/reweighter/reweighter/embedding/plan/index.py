@@ -142,9 +142,12 @@ class Views:
     def usable(self, rank: int, e: tuple[int, int]) -> PendingJob | None:
         """The entry's text if the fill may take it for request `rank` now."""
         job = self.ixs[rank].job(e)
-        if job is None or id(job) in self.taken or id(job) in self.skip:
+        if job is None:
             return None
-        if rank and id(job) in self._shared[rank] and self._first_holder(id(job)) != rank:
+        key = id(job)
+        if key in self.taken or key in self.skip:
+            return None
+        if rank and key in self._shared[rank] and self._first_holder(key) != rank:
             return None
         return job
 

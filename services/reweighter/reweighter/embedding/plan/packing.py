@@ -149,7 +149,7 @@ class _Fill:
     ) -> None:
         n = len(views.order)
         self.rnd, self.views, self.parts, self.pad = rnd, views, parts, pad
-        self.tenants = [tenant_of(r) for r in views.order]
+        self.tenants = [] if parts is None else [tenant_of(r) for r in views.order]
         self.most = None if parts is None else self._most(parts)
         self.below: list[_Key] = []  # the round's texts' next pieces, ascending
         self.above: list[_Key] = []  # a heap
@@ -220,18 +220,12 @@ class _Fill:
         pos = self.views.ixs[rank].entries[at][1]
         heapq.heappush(self.head_above, (cost, rank, pos, at, self.aver[rank]))
 
-    @staticmethod
-    def _top(heap: list[_Head], ver: list[int]) -> _Head | None:
-        while heap and heap[0][4] != ver[heap[0][1]]:
-            heapq.heappop(heap)
-        return heap[0] if heap else None
-
     def grew(self, longest: int) -> None:
         """The round's longest grew to `longest`: what it passed is below now."""
         while self.above and self.above[0][0] <= longest:
             cost, rank, pos = heapq.heappop(self.above)
             bisect.insort(self.below, (cost, -rank, pos))
-        while (h := self._top(self.head_above, self.aver)) is not None and h[0] <= longest:
+        while (h := _top(self.head_above, self.aver)) is not None and h[0] <= longest:
             self.push_below(h[1])
             self.push_above(h[1])
 
@@ -242,26 +236,6 @@ class _Fill:
         self.heads_above = False
         self.aver = [v + 1 for v in self.aver]
         self.cap = self.rnd.longest if self.cap is None else self.cap
-
-    def best(self) -> tuple[_Key | None, _Head | None, _Key | None, _Head | None]:
-        """The best candidate below and above: (key below, its head, key above, its head); a
-        key from the held lists comes with None for its head."""
-        best_b: _Key | None = self.below[-1] if self.below else None
-        hb = self._top(self.head_below, self.bver)
-        if hb is not None:
-            cand = (-hb[0], -hb[1], -hb[2])
-            if best_b is not None and cand < best_b:
-                hb = None
-            else:
-                best_b = cand
-        best_a: _Key | None = self.above[0] if self.above else None
-        ha = self._top(self.head_above, self.aver)
-        if ha is not None:
-            if best_a is not None and ha[:3] >= best_a:
-                ha = None
-            else:
-                best_a = ha[:3]
-        return best_b, hb, best_a, ha
 
     def pick(
         self, key: _Key, head: _Head | None, below: bool
@@ -285,14 +259,32 @@ class _Fill:
         return rank, self.views.order[rank], job
 
     def step(self) -> bool:
-        """Take (or pass over) the candidate that wastes least; False once the fill is done."""
-        rnd = self.rnd
-        best_b, hb, best_a, ha = self.best()
-        if best_b is None and best_a is None:
-            return False
-        waste_below = rnd.longest - best_b[0] if best_b is not None else None
-        waste_above = rnd.count * (best_a[0] - rnd.longest) if best_a is not None else None
-        use_below = waste_above is None or (waste_below is not None and waste_below <= waste_above)
+        """Take (or pass over) the candidate that wastes least; False once the fill is done.
+        The best below and above each come from the held lists or a request's head; a key
+        from the lists comes with None for its head."""
+        rnd, below, above = self.rnd, self.below, self.above
+        best_b: _Key | None = below[-1] if below else None
+        hb = _top(self.head_below, self.bver)
+        if hb is not None:
+            if best_b is None or (-hb[0], -hb[1], -hb[2]) > best_b:
+                best_b = (-hb[0], -hb[1], -hb[2])
+            else:
+                hb = None
+        best_a: _Key | None = above[0] if above else None
+        ha = _top(self.head_above, self.aver)
+        if ha is not None:
+            if best_a is None or ha[:3] < best_a:
+                best_a = ha[:3]
+            else:
+                ha = None
+        if best_b is None:
+            if best_a is None:
+                return False
+            use_below = False
+        else:  # least waste: longest - cost below, rows x (cost - longest) above
+            use_below = best_a is None or (
+                rnd.longest - best_b[0] <= rnd.count * (best_a[0] - rnd.longest)
+            )
         cost = best_b[0] if use_below else best_a[0]  # type: ignore[index]
         if not rnd.room(cost):
             if use_below or best_b is None:
@@ -326,6 +318,13 @@ class _Fill:
             if not self.step():
                 break
         self.views.skip.clear()
+
+
+def _top(heap: list[_Head], ver: list[int]) -> _Head | None:
+    """The heap's current head (superseded ones popped)."""
+    while heap and heap[0][4] != ver[heap[0][1]]:
+        heapq.heappop(heap)
+    return heap[0] if heap else None
 
 
 def take_tail(rnd: Round, views: Views) -> None:
