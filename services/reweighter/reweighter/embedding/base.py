@@ -74,7 +74,7 @@ class Stage(Protocol):
     """What the batcher tokenises and pools with: texts -> pieces (`split`), and a text's
     pieces and their vectors -> its vector (`pool`). The model is not part of it: the batcher
     runs the model through the encoder (`Encoder.embed_pieces`), so tokenising in the helper
-    lanes never touches the object that holds the weights (DESIGN principle 15)."""
+    lanes never touches the object that holds the weights."""
 
     def split(self, texts: Sequence[str]) -> list[Piece]: ...
 

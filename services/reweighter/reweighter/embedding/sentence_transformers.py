@@ -7,7 +7,7 @@ length x count), longest first, as text-embeddings-inference does; the modules o
 model (transformer, pooling, normalisation) still run unchanged, so any sentence-transformers
 model works and short texts get exactly the vectors plain `encode` gives.
 
-Who does what (DESIGN principle 15): `TokenizerStage` (reweighter.embedding.tokenizer) turns
+Who does what (stages, not one class): `TokenizerStage` (reweighter.embedding.tokenizer) turns
 texts into pieces of ids and pools pieces back, and holds no model; a `Backend`
 (reweighter.embedding.backends: eager torch, AOTInductor, ONNX int8) runs the model on a padded
 batch of ids and owns the device and the precision. This class joins them: `embed_pieces` cuts

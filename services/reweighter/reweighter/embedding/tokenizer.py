@@ -1,11 +1,11 @@
 """The tokenizer stage: texts -> ids -> windows (pieces), a batch of pieces -> padded ids, and a
 text's pieces' vectors -> its vector. It holds the model's tokenizer, never the model.
 
-Why a stage of its own (DESIGN principle 15, after text-embeddings-inference's tokenization
-workers and infinity's pre/core/post stages): the batcher tokenises in helper threads while the
-model runs in its worker; with one object for both, every tokenising thread held the object
-that owns the weights, and a change to how texts are cut (a policy, the word cache) meant
-reading the runtimes' code too. Here is everything that decides a text's ids and windows:
+Why a stage of its own (after text-embeddings-inference's tokenization workers and infinity's
+pre/core/post stages): the batcher tokenises in helper threads while the model runs in its
+worker; with one object for both, every tokenising thread held the object that owns the weights,
+and a change to how texts are cut (a policy, the word cache) meant reading the runtimes' code
+too. Here is everything that decides a text's ids and windows:
 
 - ids: the Rust tokenizer directly (`encode_batch_fast`, no offsets: ~17 % less CPU per text
   than the transformers wrapper), plain-ASCII texts through a lowercase-only copy where that is

@@ -5,7 +5,7 @@ A backend runs the model on a batch of ids: `forward(ids, mask)` -> one vector p
 model's own pooling and normalisation included). It owns the device and the precision; it never
 sees a text (the tokenizer stage, reweighter.embedding.tokenizer, made the ids) and never plans
 a batch (the encoder cuts pieces into passes by its budget). One module per runtime, as
-text-embeddings-inference's `backends/` and infinity's `transformer/abstract.py` keep them.
+text-embeddings-inference's backends and infinity's abstract backend class keep them.
 """
 
 from __future__ import annotations
