@@ -462,11 +462,14 @@ def test_one_tenant_the_planner_takes_the_rounds_the_scan_takes(seed: int) -> No
     serve_against_the_oracle(*random_case(seed, tenants=False))
 
 
-@pytest.mark.parametrize("seed", range(40))
+@pytest.mark.parametrize("seed", [*range(40), 192, 225, 1243])
 def test_several_tenants_the_planner_takes_the_rounds_the_scan_takes(seed: int) -> None:
     """2-4 tenants of random weights, requests arriving over the first rounds: the tenants'
-    virtual times and one-slice rounds while several are around, as the worker keeps them;
-    the rounds where several tenants share a round are counted (the parts, the short round)."""
+    virtual times and one-slice rounds while several are around, as the worker keeps them.
+    Seeds 192, 225 and 1243 (of the 1,460 checked once) are the ones where the fill's two
+    tenant rules show: without reading entries only up to what a tenant may still add (192,
+    225) or without passing over for the rest of the fill a piece whose tenant reached its
+    part (1243), the planner takes other rounds than the scan there."""
     w = serve_against_the_oracle(*random_case(seed, tenants=True))
     assert w.rounds > 0
 
