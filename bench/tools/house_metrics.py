@@ -24,13 +24,14 @@ Each figure says how it is counted (the heuristics are printed beside the figure
 - uvicorn members read: the strings of the `UVICORN_MEMBERS` table (the guard's own list of
   what it reads that uvicorn does not promise), and reads of `.__self__` (a bound method's
   owner: the request cycle behind `receive`);
-- error writers: functions under `api/http/` that build an error body (a dict with an
-  "error" key, `ErrorOut.from_error`, `openai_error`) and the response that carries it (a
-  `*Response(...)`, or raw "HTTP/1.1" bytes);
-- auth resolutions on the HTTP path: functions under `api/` (gRPC's excepted) that read the
-  Authorization header or resolve a bearer token (call `resolve_bearer` / `check_bearer`), in
-  modules something imports (a dead module is listed, not counted): each is one place a
-  request's key may be judged;
+- error writers: functions under `api/http/` that build an error body (a dict with an "error"
+  key, `ErrorOut.from_error`, `openai_error`): each is one place that decides what an error
+  looks like on the wire (the innermost such function; one that only calls another is not);
+- auth resolutions on the HTTP path: functions under `api/` (gRPC's excepted) that judge a
+  bearer token (call `resolve_bearer` or `check_bearer`), in modules something imports (a dead
+  module is listed, not counted): each is one place a request's key may be judged (the
+  OpenRLHF route's path secret is another credential, not counted); the functions that read
+  the Authorization header are listed beside them;
 - dead modules: modules of the package that no Python file of the checkout imports or names
   (entry points excepted);
 - `duplicates` per top-level folder of the package (the `duplicates` command, when installed):
@@ -263,12 +264,8 @@ def _builds_response(f: ast.AST) -> bool:
 
 
 def error_writers(srcs: list[Source]) -> list[str]:
-    found = [
-        f"{name} ({src.rel})"
-        for src in srcs
-        if src.rel.startswith("api/http/")
-        for name in innermost(src, lambda f: _builds_error_body(f) and _builds_response(f))
-    ]
+    found = [f"{name} ({src.rel})" for src in srcs if src.rel.startswith("api/http/")
+             for name in innermost(src, _builds_error_body)]  # fmt: skip
     return [f"error writers: {len(found)}  {', '.join(found)}"]
 
 
@@ -325,9 +322,12 @@ AUTH_CALLS = ("resolve_bearer", "check_bearer")
 
 
 def _judges_key(f: ast.AST) -> bool:
+    return any(isinstance(n, ast.Call) and _name(n.func) in AUTH_CALLS for n in ast.walk(f))
+
+
+def _reads_key(f: ast.AST) -> bool:
     return any(
-        (isinstance(n, ast.Call) and _name(n.func) in AUTH_CALLS)
-        or (isinstance(n, ast.Constant) and n.value in ("authorization", b"authorization"))
+        isinstance(n, ast.Constant) and n.value in ("authorization", b"authorization")
         for n in ast.walk(f)
     )
 
@@ -344,12 +344,17 @@ def innermost(src: Source, test: object) -> list[str]:
 
 
 def auth_resolutions(srcs: list[Source], dead: list[str]) -> list[str]:
-    found, skipped = [], []
+    found, skipped, reads = [], [], []
     for src in srcs:
         if src.rel.startswith("api/") and not src.rel.startswith("api/grpc/"):
             for name in innermost(src, _judges_key):
                 (skipped if src.module in dead else found).append(f"{name} ({src.rel})")
-    out = [f"auth resolutions on the HTTP path: {len(found)}  {', '.join(found)}"]
+            if src.module not in dead:
+                reads += [f"{name} ({src.rel})" for name in innermost(src, _reads_key)]
+    out = [
+        f"auth resolutions on the HTTP path: {len(found)}  {', '.join(found)}",
+        f"  (beside them) reads of the Authorization header: {len(reads)}  {', '.join(reads)}",
+    ]
     if skipped:
         out.append(f"  in dead modules, not counted: {', '.join(skipped)}")
     return out
