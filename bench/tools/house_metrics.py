@@ -17,10 +17,12 @@ Each figure says how it is counted (the heuristics are printed beside the figure
 - encoder: the lines of `class SentenceTransformerEncoder` (decorators included), its
   constructor's parameters and the distinct `self.<name>` it assigns;
 - the ten longest functions of the package (nested functions count on their own too);
-- handlers on the HTTP path: uvicorn protocol subclasses, ASGI middleware added with
-  `add_middleware` (or `@app.middleware`), the framework app itself (`FastAPI(...)`), and
-  receive wrappers (functions annotated `-> Receive`: one more layer between the socket and
-  the route); exception handlers are listed beside them;
+- handlers on the HTTP path: the stacked layers (protocol classes under `api/http/`, uvicorn's
+  subclassed or an `asyncio.Protocol` around it; ASGI app wrappers, functions taking and
+  returning an `ASGIApp`; ASGI middleware added with `add_middleware` or `@app.middleware`; the
+  framework app itself, `FastAPI(...)`) and the receive wrappers (functions annotated
+  `-> Receive`: one more layer between the socket's bytes and the route, on some requests);
+  route classes (`APIRoute` subclasses) and exception handlers are listed beside them;
 - uvicorn members read: the strings of the `UVICORN_MEMBERS` table (the guard's own list of
   what it reads that uvicorn does not promise), and reads of `.__self__` (a bound method's
   owner: the request cycle behind `receive`);
@@ -178,17 +180,29 @@ def _uvicorn_names(src: Source) -> set[str]:
             for a in n.names}  # fmt: skip
 
 
+def _asyncio_protocol(base: ast.expr, src: Source) -> bool:
+    """`asyncio.Protocol` (or a name imported from asyncio ending in Protocol), not typing's."""
+    if isinstance(base, ast.Attribute) and isinstance(base.value, ast.Name):
+        return base.value.id == "asyncio" and base.attr.endswith("Protocol")
+    return isinstance(base, ast.Name) and any(
+        isinstance(n, ast.ImportFrom) and n.module == "asyncio"
+        and any((a.asname or a.name) == base.id for a in n.names)
+        for n in ast.walk(src.tree)
+    )  # fmt: skip
+
+
 def http_path(srcs: list[Source]) -> list[str]:
     http = [s for s in srcs if s.rel.startswith("api/http/")]
-    protocols = []
+    protocols, middleware, apps, wrappers, receives, handlers, routes = [], [], [], [], [], [], []
     for src in srcs:
         uv = _uvicorn_names(src)
         for node in ast.walk(src.tree):
             if isinstance(node, ast.ClassDef) and any(
-                _name(b) in uv and _name(b).endswith("Protocol") for b in node.bases
+                (_name(b) in uv and _name(b).endswith("Protocol"))
+                or (src in http and _asyncio_protocol(b, src))
+                for b in node.bases
             ):
                 protocols.append(f"{node.name} ({src.rel})")
-    middleware, apps, wrappers, handlers = [], [], [], []
     for src in http:
         for node in ast.walk(src.tree):
             if isinstance(node, ast.Call) and _name(node.func) == "add_middleware" and node.args:
@@ -197,21 +211,33 @@ def http_path(srcs: list[Source]) -> list[str]:
                 handlers.append(f"{src.rel}:{node.lineno}")
             if isinstance(node, ast.Call) and _name(node.func) == "FastAPI":
                 apps.append(f"FastAPI ({src.rel})")
+            if isinstance(node, ast.ClassDef) and any(_name(b) == "APIRoute" for b in node.bases):
+                routes.append(f"{node.name} ({src.rel})")
         for name, f in functions(src):
             decorators = {_name(d) for d in f.decorator_list}
             if "middleware" in decorators:
                 middleware.append(f"{name} ({src.rel})")
             if "exception_handler" in decorators:
                 handlers.append(f"{name} ({src.rel})")
-            if f.returns is not None and _name(f.returns) == "Receive":
+            returns = _name(f.returns) if f.returns is not None else ""
+            takes = {_name(a.annotation) for a in f.args.args if a.annotation is not None}
+            if returns == "Receive":
+                receives.append(f"{name} ({src.rel})")
+            if returns == "ASGIApp" and "ASGIApp" in takes:
                 wrappers.append(f"{name} ({src.rel})")
-    total = len(protocols) + len(middleware) + len(apps) + len(wrappers)
+    layers = len(protocols) + len(wrappers) + len(middleware) + len(apps)
     return [
-        f"handlers on the HTTP path: {total}",
-        f"  protocol subclasses: {len(protocols)}  {', '.join(protocols)}",
-        f"  ASGI middleware: {len(middleware)}  {', '.join(middleware)}",
+        f"handlers on the HTTP path: {layers + len(receives)} "
+        f"({layers} stacked layers + {len(receives)} receive wrappers)",
+        f"  protocol classes (uvicorn's subclassed, or asyncio.Protocol): {len(protocols)}  "
+        f"{', '.join(protocols)}",
+        f"  ASGI app wrappers (ASGIApp in, ASGIApp out): {len(wrappers)}  {', '.join(wrappers)}",
+        f"  ASGI middleware (add_middleware): {len(middleware)}  {', '.join(middleware)}",
         f"  framework apps: {len(apps)}  {', '.join(apps)}",
-        f"  receive wrappers: {len(wrappers)}  {', '.join(wrappers)}",
+        f"  receive wrappers (-> Receive: a layer between the socket's bytes and the route): "
+        f"{len(receives)}  {', '.join(receives)}",
+        f"  (beside them, inside the framework) route classes (APIRoute subclasses): "
+        f"{len(routes)}  {', '.join(routes)}",
         f"  (beside them) exception handlers: {len(handlers)}  {', '.join(handlers)}",
     ]
 
