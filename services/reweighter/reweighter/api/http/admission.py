@@ -48,22 +48,29 @@ class Admission:
         tenants: Tenants,
         own_secret: Callable[[str], bool | Tenant] | None = None,
         pace: Pace | None = None,
+        methods: Callable[[str, str], bool | None] | None = None,
     ) -> None:
         """`own_secret(path)`: True (or its Tenant) for a path that carries its own secret and
         has passed its check (raises Unauthenticated when it fails); such a path needs no bearer
         key. `pace`: the assembler's (assembly/pace.py); a group member's request (PACED) takes
         its admission turn here, before its routing and parsing, so a burst of them cannot hold
-        the loop in one iteration. `tenants`: who may call (reweighter.tenancy)."""
+        the loop in one iteration. `tenants`: who may call (reweighter.tenancy).
+        `methods(path, method)`: whether a known path takes the method (routes.RouteMethods);
+        one it does not take goes on unjudged, to the router's 405."""
         self.app, self.limit, self.metrics, self.tenants = app, limit, metrics, tenants
         self.own_secret = own_secret
         self.pace = pace
+        self.methods = methods
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = dict(scope.get("headers", []))
         path = scope.get("path", "")
+        if self.methods is not None and self.methods(path, scope.get("method", "")) is False:
+            await self.app(scope, receive, send)  # the router's 405, naming the methods
+            return
+        headers = dict(scope.get("headers", []))
         try:
             tenant = self._caller(path, headers.get(b"authorization"))
             deadline = _deadline(headers.get(DEADLINE_HEADER.encode()), scope)

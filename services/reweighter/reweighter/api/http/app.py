@@ -22,7 +22,7 @@ from .dispatch import check_routes
 from .errors import install_error_handlers
 from .openrlhf import build_openrlhf_router, token_tenant
 from .router import build_router
-from .routes import RequestFields, route_labels
+from .routes import RequestFields, RouteMethods, route_labels
 
 
 def create_app(
@@ -64,5 +64,6 @@ def create_app(
         tenants=tenants,
         own_secret=lambda path: token_tenant(path, token, tenants),
         pace=assembler.pace if assembler is not None else None,
+        methods=RouteMethods(app),
     )
     return app

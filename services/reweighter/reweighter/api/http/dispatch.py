@@ -30,7 +30,19 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 
+from ...tenancy import DEADLINE_HEADER
+
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
+
+DEADLINE_PARAMETER: dict[str, Any] = {
+    "name": DEADLINE_HEADER,
+    "in": "header",
+    "required": False,
+    "schema": {"type": "number", "exclusiveMinimum": 0},
+    "description": "seconds the caller will wait; past them the request is dropped unserved "
+    "(504). Read by admission (api/http/admission.py) for every /v1 operation",
+}
+"""Admission reads this header on every /v1 call; every /v1 operation documents it."""
 
 
 class EdgeRoute(APIRoute):
@@ -38,7 +50,9 @@ class EdgeRoute(APIRoute):
     path parameters and the Request; nothing that needs FastAPI's dependency resolution."""
 
     def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
-        super().__init__(path, endpoint, **kwargs)
+        extra = dict(kwargs.pop("openapi_extra", None) or {})
+        extra["parameters"] = [*extra.get("parameters", []), DEADLINE_PARAMETER]
+        super().__init__(path, endpoint, openapi_extra=extra, **kwargs)
         d = self.dependant
         unsupported = {
             "dependencies": d.dependencies,

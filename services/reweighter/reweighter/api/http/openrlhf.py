@@ -287,8 +287,27 @@ def build_openrlhf_router(
         router.add_api_route(
             path, reward, methods=["POST"], response_model=OpenRLHFRewardOut,
             responses=_RESPONSES, summary="OpenRLHF remote reward (--reward.remote_url)",
+            openapi_extra={"parameters": _parameters(path)},
         )  # fmt: skip
     return router
+
+
+def _parameters(path: str) -> list[dict[str, Any]]:
+    """The route's parameters as the document states them: `n` (read by `_group_size`, not
+    declared on the endpoint, which takes the body whole), and the path's token."""
+    n = {
+        "name": "n", "in": "query", "required": False,
+        "schema": {"type": "integer", "minimum": 1},
+        "description": "--rollout.n_samples_per_prompt (the group size); required unless the "
+        "service sets --openrlhf-n",
+    }  # fmt: skip
+    if "{token}" not in path:
+        return [n]
+    token = {
+        "name": "token", "in": "path", "required": True, "schema": {"type": "string"},
+        "description": "the service's --openrlhf-token, or a tenant's openrlhf_token",
+    }  # fmt: skip
+    return [n, token]
 
 
 def _group_size(given: str | None, default: int | None) -> int:

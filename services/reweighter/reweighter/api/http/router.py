@@ -48,13 +48,19 @@ from .openai import build_openai_router
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorOut, "description": desc}
     for code, desc in {
+        400: "the body could not be read as text (not UTF-8)",
         401: "missing or wrong API key",
+        405: "the path does not take this method (`Allow` names those it takes)",
         413: "over the configured limits",
         422: "invalid input; `field` names it",
         429: "overloaded; retry with backoff",
         503: "the model is still loading; retry",
+        504: "the request's x-request-timeout passed, or its client went away, before it was "
+        "computed",
     }.items()
 }
+"""What any /v1 operation may answer besides its success: every status the edge and the engine
+can give it (the connection layer's 408 and 429 come before there is an operation)."""
 
 
 _MEMBER_ERRORS: dict[int | str, dict[str, Any]] = {

@@ -8,12 +8,14 @@ under its own label, so a route added to the app (by `create_app`, or later with
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Iterator
 from typing import Any, get_args
 
 from fastapi import FastAPI
 from fastapi.routing import APIRoute, iter_route_contexts
 from pydantic import BaseModel
+from starlette.routing import compile_path
 
 
 def endpoint_name(path: str) -> str:
@@ -88,3 +90,53 @@ class RequestFields:
                     names.update(_model_fields(model, seen))
             names.update(p.alias for p in (*d.path_params, *d.query_params))
         return names
+
+
+class RouteMethods:
+    """The methods each path of the app's API routes takes: admission lets a request whose path
+    is known but whose method is not pass straight to the router, which answers 405 naming the
+    methods (`Allow`), before any key is asked for (the method is not a secret, and a 401 would
+    tell the client to send a key it already has).
+
+    Read off the routes when first asked, and again (at most once a second) when a path or a
+    method is not in the table: a route added later is found, and a flood of unknown paths
+    does not make every request walk the routes."""
+
+    REFRESH_S = 1.0
+
+    def __init__(self, app: FastAPI) -> None:
+        self.app = app
+        self._built_at = -float("inf")
+        self._exact: dict[str, frozenset[str]] = {}
+        self._patterns: list[tuple[Any, frozenset[str]]] = []
+
+    def __call__(self, path: str, method: str) -> bool | None:
+        """Whether `path` takes `method`; None for a path no API route has."""
+        found = self._lookup(path)
+        if found is None or method not in found:
+            now = time.monotonic()
+            if now - self._built_at >= self.REFRESH_S:
+                self._build(api_routes(self.app))
+                self._built_at = now
+                found = self._lookup(path)
+        return None if found is None else method in found
+
+    def _lookup(self, path: str) -> frozenset[str] | None:
+        found = self._exact.get(path)
+        for regex, methods in self._patterns:
+            if regex.match(path):
+                found = methods if found is None else found | methods
+        return found
+
+    def _build(self, routes: list[tuple[str, APIRoute]]) -> None:
+        exact: dict[str, set[str]] = {}
+        patterns: dict[str, tuple[Any, set[str]]] = {}
+        for path, route in routes:
+            methods = set(route.methods or ())
+            if "{" not in path:
+                exact.setdefault(path, set()).update(methods)
+            else:
+                regex = patterns.setdefault(path, (compile_path(path)[0], set()))
+                regex[1].update(methods)
+        self._exact = {p: frozenset(m) for p, m in exact.items()}
+        self._patterns = [(r, frozenset(m)) for r, m in patterns.values()]
