@@ -2,9 +2,9 @@
 round as ranges. No logic beyond reading it.
 
 Why apart: the fairness rules (fairness.py), the length index (index.py) and the round's
-packing (packing.py) all read these types; the batcher's own state (embedding/jobs.py) is typed
-against the protocols here, so the planner can be tested with plain fakes (no threads, models
-or clocks).
+packing (packing.py) all read these types. The planner asks only for the protocols here, which
+the batcher's own state (embedding/jobs.py) meets, so it is tested with plain fakes (no
+threads, models or clocks).
 """
 
 from __future__ import annotations
