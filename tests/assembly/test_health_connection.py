@@ -52,6 +52,10 @@ class _App:
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
+        with connections.on_connection(scope):  # as the service's admission does
+            await self._answer(scope, receive, send)
+
+    async def _answer(self, scope: dict, receive: Any, send: Any) -> None:
         self.paths.append(scope["path"])
         if scope["path"] in ("/healthz", "/readyz"):
             await asyncio.Event().wait()
@@ -71,7 +75,7 @@ def guarded() -> Iterator[tuple[int, _App, ConnectionGuard, list[bool]]]:
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     config = uvicorn.Config(
-        guard.asgi(app),
+        app,
         http=guard.protocol(),
         lifespan="off",
         log_level="error",

@@ -13,7 +13,7 @@ import time
 
 import httpx
 
-from .conftest import KEYED_NOFILE, KEYED_TIMEOUT_S, Served
+from .conftest import AUTH, KEYED_NOFILE, KEYED_TIMEOUT_S, Served
 
 
 def _connect(served: Served, send: bytes = b"") -> socket.socket:
@@ -60,11 +60,18 @@ def _close_all(socks: list[socket.socket]) -> None:
 def test_idle_and_half_sent_requests_time_out_while_healthz_answers(keyed: Served) -> None:
     served = keyed
     head = f"POST /v1/reweight HTTP/1.1\r\nhost: 127.0.0.1:{served.http_port}\r\n".encode()
-    body_head = head + b"content-type: application/json\r\ncontent-length: 1000\r\n\r\n{"
+    # the key given: admission lets these bodies in, so only the body deadline can close them
+    keyed_head = head + b"".join(f"{k}: {v}\r\n".encode() for k, v in AUTH.items())
+    body_head = keyed_head + b"content-type: application/json\r\ncontent-length: 1000\r\n\r\n{"
+    chunked = (
+        keyed_head
+        + b"content-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n1\r\n{\r\n"
+    )
     # under the shared service's connection bound (96 at 256 descriptors): deadlines, not evictions
     idle = [_connect(served) for _ in range(60)]
     slow_head = [_connect(served, head) for _ in range(20)]
-    slow_body = [_connect(served, body_head) for _ in range(10)]
+    slow_body = [_connect(served, body_head) for _ in range(5)]
+    slow_body += [_connect(served, chunked) for _ in range(5)]
     try:
         latencies = [_healthz(served) for _ in range(5)]
         assert max(latencies) < 3.0

@@ -129,7 +129,7 @@ class Service:
         )  # health probes answered by the connections: api/http/connections.py
         self.metrics.watch_connections(self.connections)
         config = uvicorn.Config(
-            self.connections.asgi(self.app),  # tells each connection where its request is
+            self.app,
             http=self.connections.protocol(),  # TCP_NODELAY, deadlines, the bound, probes
             backlog=backlog,
             timeout_keep_alive=s.keepalive_timeout_s,

@@ -20,6 +20,7 @@ from ...assembly.pace import Pace
 from ...errors import InvalidInput, LimitExceeded, ReweighterError, Unauthenticated
 from ...tenancy import DEADLINE_HEADER, DEFAULT, Deadline, Tenant, Tenants, enter, set_deadline
 from ..metrics import Metrics
+from .connections import GuardedConnection, on_connection
 from .errors import error_response
 from .routes import endpoint_name
 
@@ -66,6 +67,12 @@ class Admission:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        with on_connection(scope) as conn:  # busy until answered (connections.py)
+            await self._admit(scope, receive, send, conn)
+
+    async def _admit(
+        self, scope: Scope, receive: Receive, send: Send, conn: GuardedConnection | None
+    ) -> None:
         path = scope.get("path", "")
         if self.methods is not None and self.methods(path, scope.get("method", "")) is False:
             await self.app(scope, receive, send)  # the router's 405, naming the methods
@@ -101,6 +108,8 @@ class Admission:
                 await self._refuse(scope, send, self._too_big(size))
                 return
             more = message.get("more_body", False)
+        if conn is not None:
+            conn.body_read()
         await self.app(scope, replay(b"".join(chunks), receive), send)
 
     def _caller(self, path: str, auth: bytes | None) -> Tenant | None:

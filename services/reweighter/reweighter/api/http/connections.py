@@ -7,9 +7,9 @@ completes, and no bound on connections, so a few thousand idle sockets exhaust d
 `ConnectionGuard.protocol()` is the class for `uvicorn.Config(http=...)`, uvicorn's public way
 to choose the protocol: a `GuardedConnection` that *holds* uvicorn's H11Protocol and passes it
 every asyncio callback (composition through the asyncio.Protocol interface; no subclass, no
-member of uvicorn read). `ConnectionGuard.asgi(app)` wraps the app so that each connection
-hears, through the ASGI scope's `state` (the lifespan state uvicorn copies into every request's
-scope, as the ASGI spec says), when its request reaches the app and when the app has answered.
+member of uvicorn read). Admission (admission.py, `on_connection`) tells each connection,
+through the ASGI scope's `state` (the lifespan state uvicorn copies into every request's scope,
+as the ASGI spec says), when its request reaches the app and when the app has answered.
 
 - TCP_NODELAY: asyncio only sets it on sockets created with proto=IPPROTO_TCP, and a socket
   accepted from one bound with proto 0 does not qualify; without it a response written as head +
@@ -18,7 +18,7 @@ scope, as the ASGI spec says), when its request reaches the app and when the app
   opening (or of its previous response), however slowly it trickles bytes in; the connection
   sees the head end (the first blank line) in the bytes it passes on.
 - body deadline: a declared body (content-length) must arrive within `body_timeout_s` of its
-  head, counted in the bytes passed on; a chunked body until the app has read its last chunk.
+  head, counted in the bytes passed on; a chunked body until admission has read it whole.
 - health first: a complete `GET /healthz` or `GET /readyz` head on an idle connection is
   answered here, in the callback that read its bytes, with the app's own answer (`probe_answer`,
   which router.py's routes serve too; tests/assembly/test_health_connection.py holds the two to
@@ -50,10 +50,10 @@ import json
 import logging
 import resource
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Scope
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from ...errors import Overloaded, ReweighterError
@@ -180,25 +180,6 @@ class ConnectionGuard:
         """The class for `uvicorn.Config(http=...)`, bound to this guard."""
         return type("GuardedConnection", (GuardedConnection,), {"guard": self})
 
-    def asgi(self, app: ASGIApp) -> ASGIApp:
-        """`app`, telling each request's connection when the app has it and when it answered
-        (the connection then counts as idle again), and giving the request its `gone` probe."""
-
-        async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
-            state = scope.get("state")
-            conn = state.get(CONNECTION) if scope["type"] == "http" and state else None
-            if conn is None:  # another server, or not HTTP: nothing to tell
-                await app(scope, receive, send)
-                return
-            conn.request_started()
-            scope["reweighter.gone"] = conn.gone
-            try:
-                await app(scope, conn.reading(receive) if conn.chunked else receive, send)
-            finally:
-                conn.request_done()
-
-        return guarded
-
     def admit(self, conn: GuardedConnection) -> bool:
         if len(self.open) >= self.max_connections:
             victim = next((c for c in self.open if c.idle), None)
@@ -233,8 +214,8 @@ class GuardedConnection(asyncio.Protocol):
     with the deadlines, the bound, TCP_NODELAY and the probes around it.
 
     What it knows it reads off the bytes it passes on (where a head ends, how long its body is)
-    and off the ASGI companion (`ConnectionGuard.asgi`: the app has the request, the app has
-    answered); nothing of uvicorn's."""
+    and off admission (`on_connection`: the app has the request, the app has answered);
+    nothing of uvicorn's."""
 
     guard: ClassVar[ConnectionGuard]
 
@@ -345,20 +326,13 @@ class GuardedConnection(asyncio.Protocol):
         if self.body_left <= 0:
             self._disarm()
 
-    def reading(self, receive: Receive) -> Receive:
-        """`receive`, noting when a chunked body's last chunk has been read (its deadline
-        ends there: the connection cannot count a chunked body off the bytes)."""
+    def body_read(self) -> None:
+        """The app has read the request's whole body: a chunked body's deadline ends here (the
+        connection cannot count a chunked body off the bytes)."""
+        self.body_left = 0
+        self._disarm()
 
-        async def watched() -> Message:
-            message = await receive()
-            if message["type"] != "http.request" or not message.get("more_body", False):
-                self.body_left = 0
-                self._disarm()
-            return message
-
-        return watched
-
-    # -- what the ASGI companion tells it ----------------------------------------------------
+    # -- what admission tells it (`on_connection`) ---------------------------------------
 
     def request_started(self) -> None:
         if not self.in_request:  # after pipelining: the head was not seen in the bytes
@@ -423,6 +397,25 @@ class GuardedConnection(asyncio.Protocol):
         if self.idle:  # a head still arriving (or an idle keep-alive): say why, then close
             self.transport.write(_TOO_SLOW)
         self.transport.close()
+
+
+@contextlib.contextmanager
+def on_connection(scope: Scope) -> Iterator[GuardedConnection | None]:
+    """The request's GuardedConnection (None under another server) for the time the app has the
+    request: it counts as busy, and idle again once the app has answered; the request gets its
+    `gone` probe (`scope["reweighter.gone"]`). Admission (admission.py) runs every request in
+    it, so the connection layer needs no ASGI layer of its own."""
+    state = scope.get("state")
+    conn = state.get(CONNECTION) if state else None
+    if conn is None:
+        yield None
+        return
+    conn.request_started()
+    scope["reweighter.gone"] = conn.gone
+    try:
+        yield conn
+    finally:
+        conn.request_done()
 
 
 def _declared_body(head: bytes) -> int | None:
