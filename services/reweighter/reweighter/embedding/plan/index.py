@@ -176,11 +176,3 @@ class Views:
             if self.usable(rank, entries[j]) is not None:
                 return j, entries[j][0]
         return None
-
-    def pending(self) -> Iterator[tuple[int, int, PendingJob]]:
-        """(rank, position, text) of every usable entry, request by request."""
-        for rank, ix in enumerate(self.ixs):
-            for e in ix.entries:
-                job = self.usable(rank, e)
-                if job is not None:
-                    yield rank, e[1], job

@@ -338,7 +338,8 @@ def take_tail(rnd: Round, views: Views) -> None:
         (o.rank, views.ixs[o.rank].pos[id(o.job)], o.request, o.job)
         for o in list(rnd.taken.values())
     )
-    queued = ((rank, pos, views.order[rank], job) for rank, pos, job in views.pending())
+    queued = ((rank, e[1], views.order[rank], job) for rank, ix in enumerate(views.ixs)
+              for e in ix.entries if (job := views.usable(rank, e)) is not None)  # fmt: skip
     left = _tail_within_bound(rnd, itertools.chain(held, queued))
     if left is None:
         return
