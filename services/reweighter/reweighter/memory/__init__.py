@@ -2,7 +2,7 @@
 
 outcome_ucb (methods/outcome_ucb.py) reads it. One small interface (`AnswerMemory`, store.py)
 with two stores: in process (the default) and Redis (`REDIS_URL` set: shared by every replica,
-surviving a restart of the service). One contract suite (tests/unit/test_memory_contract.py)
+surviving a restart of the service). One contract suite (tests/memory/test_memory_contract.py)
 runs every rule against both. The rules:
 
 - `observe(prompt_key, step, answers)` returns, for each given answer, how often it was seen
