@@ -144,6 +144,9 @@ class _Fill:
     passed over when picked (`Views.skip`): the scan's candidates exactly, offered once and
     dropped when picked, so that the same rounds come out."""
 
+    __slots__ = ("rnd", "views", "parts", "pad", "tenants", "most", "below", "above", "held",
+                 "bver", "aver", "head_below", "head_above", "cap", "heads_above")  # fmt: skip
+
     def __init__(
         self, rnd: Round, views: Views, parts: Mapping[str, float] | None, pad: bool
     ) -> None:
