@@ -24,7 +24,7 @@ from deploy_support import (
     run_compose,
 )
 
-DEFAULT = {"redis", "reweighter"}
+DEFAULT = {"redis", "redis-cache", "reweighter"}
 CPU = DEFAULT | {"rollout-cpu", "trainer-cpu"}
 GPU = DEFAULT | {"rollout", "trainer"}
 OFFLINE_OVERRIDE = REPO / "tests" / "deploy" / "compose.offline.yml"

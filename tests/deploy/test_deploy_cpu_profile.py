@@ -168,12 +168,15 @@ def test_cpu_profile_trains_against_the_service(
     if shutil.which("redis-server") is None:
         pytest.skip("redis-server is not installed (Debian package redis-server)")
     services = load_compose(dotenv).profile("cpu")
-    assert set(services) == {"redis", "reweighter", "rollout-cpu", "trainer-cpu"}
+    assert set(services) == {"redis", "redis-cache", "reweighter", "rollout-cpu", "trainer-cpu"}
     redis_svc, rw_svc, ro_svc, tr_svc = (
         services[n] for n in ("redis", "reweighter", "rollout-cpu", "trainer-cpu")
     )
     translate = Translator(tmp_path)
     redis_port = translate.expose(redis_svc, 6379)
+    # redis-cache (the embedding cache) on the same local redis: this test checks the wiring;
+    # tests/assembly/test_redis_eviction.py starts both with compose's settings
+    translate.ports[("redis-cache", 6379)] = redis_port
     http_port = translate.expose(rw_svc, 8080)
     grpc_port = translate.expose(rw_svc, 50051)
     rollout_port = translate.expose(ro_svc, 8000)

@@ -293,6 +293,7 @@ def test_plain_up_is_redis_and_the_cpu_reweighter(stack: Stack) -> None:
     rows = rows[0] if len(rows) == 1 and isinstance(rows[0], list) else rows
     assert {r["Service"]: r["State"] for r in rows} == {
         "redis": "running",
+        "redis-cache": "running",
         "reweighter": "running",
     }
     info = http_json(f"http://127.0.0.1:{stack.http_port}/v1/info")
@@ -320,8 +321,8 @@ def test_reweight_over_http_and_grpc_through_the_published_ports(stack: Stack) -
     assert result.groups[0].advantages == pytest.approx(group["advantages"], abs=1e-5)
     assert result.model == out["model"]
 
-    # The service reached compose's Redis (REDIS_URL=redis://redis:6379/0): embeddings cached.
-    keys = stack.run("exec", "-T", "redis", "redis-cli", "dbsize")
+    # The service reached compose's cache Redis (REWEIGHTER_CACHE_REDIS_URL): embeddings cached.
+    keys = stack.run("exec", "-T", "redis-cache", "redis-cli", "dbsize")
     assert int(keys.stdout.strip()) > 0, "the reweighter never wrote to compose's Redis"
 
 

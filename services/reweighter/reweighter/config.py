@@ -109,6 +109,13 @@ class Settings(BaseSettings):
     redis_url: str | None = Field(
         None, validation_alias=AliasChoices("REWEIGHTER_REDIS_URL", "REDIS_URL", "redis_url")
     )
+    # The embedding cache's own Redis: a cache may be evicted, the state on redis_url (assembly,
+    # answer memory) must not be, and Redis evicts per instance (docs/operations.md, Redis).
+    cache_redis_url: str | None = Field(
+        None,
+        description="the Redis of the embedding cache (allkeys-lru), apart from REDIS_URL's "
+        "state (noeviction); unset = REDIS_URL",
+    )
     cache_ttl_s: int = Field(7 * 24 * 3600, description="Redis TTL of a cached embedding")
     cache_max_bytes: int = Field(256 * 2**20, description="in-process LRU cache bound; 0 disables")
     # limits (413 above these)
@@ -195,6 +202,12 @@ class Settings(BaseSettings):
         "with its key, weight and max_queued (docs/operations.md); reloaded on SIGHUP",
     )
     log_level: str = Field("info", description="debug | info | warning | error")
+
+    @property
+    def embedding_cache_url(self) -> str | None:
+        """Where the embedding cache lives: `cache_redis_url`, else the state's `redis_url` (one
+        Redis for both still works; docs/operations.md says what it risks)."""
+        return self.cache_redis_url or self.redis_url
 
     @property
     def openrlhf(self) -> OpenRLHFSettings:

@@ -29,11 +29,13 @@ __all__ = [
 
 
 def build_cache(settings: Settings) -> EmbeddingCache | None:
-    """LRU (cache_max_bytes > 0) in front of Redis (redis_url set); either alone; or none."""
+    """LRU (cache_max_bytes > 0) in front of Redis (cache_redis_url, else redis_url); either
+    alone; or none."""
     lru = LRUCache(settings.cache_max_bytes) if settings.cache_max_bytes > 0 else None
-    if not settings.redis_url:
+    url = settings.embedding_cache_url
+    if not url:
         return lru
-    redis = RedisCache(settings.redis_url, settings.cache_ttl_s)
+    redis = RedisCache(url, settings.cache_ttl_s)
     return TieredCache(lru, redis) if lru is not None else redis
 
 
