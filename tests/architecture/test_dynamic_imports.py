@@ -84,9 +84,13 @@ def _assigned(tree: ast.Module, name: str) -> ast.expr:
 
 
 def catalog_targets(tree: ast.Module) -> set[str]:
-    """Every "module:attribute" path of every `MethodSpec(...)` in methods/catalog.py: its
-    `params`, `kernel` and `after` (positionally the third and fourth arguments)."""
-    names, out = _strings(tree), set()
+    """Every "module:attribute" path of methods/catalog.py: those of every `MethodSpec(...)`
+    (`params`, `kernel`, `after`; positionally the third and fourth arguments), which must be
+    literal, and any other string of the file written as such a path (a field added later)."""
+    names = _strings(tree)
+    out = {text.partition(":")[0] for node in ast.walk(tree)
+           if isinstance(node, ast.Constant | ast.JoinedStr)
+           and (text := _text(node, names)) is not None and PATH.match(text)}  # fmt: skip
     specs = [n for n in ast.walk(tree) if isinstance(n, ast.Call)
              and isinstance(n.func, ast.Name) and n.func.id == "MethodSpec"]  # fmt: skip
     assert specs, "no MethodSpec(...) in methods/catalog.py"
@@ -309,3 +313,14 @@ def test_a_forbidden_contract_counts_its_own_modules_dynamic_imports() -> None:
     block = text.split(f'name = "{wire}"', 1)[1].split("[[tool.importlinter.contracts]]")[0]
     assert "reweighter.methods.catalog -> torch" in block
     assert "reweighter.wire.http -> torch" not in block
+
+
+def test_a_path_in_a_field_added_later_is_read_too() -> None:
+    tree = ast.parse(
+        'P = "reweighter.methods.params"\n'
+        'MethodSpec("m", "d", f"{P}:X", "reweighter.methods.dra:apply",\n'
+        '           quality="reweighter.api.http.app:q")\n'
+    )
+    assert catalog_targets(tree) == {
+        "reweighter.methods.params", "reweighter.methods.dra", "reweighter.api.http.app"
+    }  # fmt: skip
