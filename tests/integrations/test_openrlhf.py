@@ -603,3 +603,29 @@ def test_round_rules() -> None:
     assert joiner.wrong and not joiner.group_id and "no sibling followed" in late.wrong[2]
     assert late.leave(joiner, answered=True, members=1, n=2) is None
     assert rounds.enter("p", "p f", 3).round == 3  # so its round stays open
+
+
+async def test_the_url_names_the_method_and_its_parameters(server, engine, tokenizer) -> None:
+    """`?method=mmr&lambda=0.3` reweights with MMR at lambda 0.3, as /v1/reweight does on the
+    same group; an unknown method or parameter is a 422 naming its query key, before any sample
+    is seated (issue 50: the method was fixed to DRA and `?method=` ignored)."""
+    rows = problems(k=1, n=4, seed=11, tokenizer=tokenizer)
+    url = server.url("/v1/openrlhf/reward?n=4&method=mmr&lambda=0.3")
+    outs = await run_openrlhf(url, rows, tokenizer)
+    queries = [tokenizer.decode(o["observation_tokens"], skip_special_tokens=False) for o in outs]
+    texts = [response_of(q, o["prompt"]) for q, o in zip(queries, outs, strict=True)]
+    raw = [o["scores"][0] for o in outs]
+    res = engine.reweight(ReweightRequest(
+        groups=[Group(rewards=raw, completions=texts)], method="mmr", params={"lambda": 0.3}))
+    want = dict(zip(texts, res.groups[0].rewards, strict=True))
+    assert all(o["extra_logs"]["reweighted"] == [1.0] for o in outs)
+    assert [o["reward"][0] for o in outs] == pytest.approx([want[t] for t in texts], abs=1e-6)
+    dra = engine.reweight(ReweightRequest(groups=[Group(rewards=raw, completions=texts)]))
+    assert res.groups[0].rewards != pytest.approx(dra.groups[0].rewards)  # it is not DRA's
+    body = {"query": ["a"], "prompts": ["p"], "labels": ["1"]}
+    async with httpx.AsyncClient(timeout=10) as c:
+        for query, field in (("method=nosuch", "method"), ("method=mmr&lambda=abc", "lambda"),
+                             ("surprise=1", "surprise")):  # fmt: skip
+            r = await c.post(server.url(f"/v1/openrlhf/reward?n=2&{query}"), json=body)
+            assert r.status_code == 422, r.text
+            assert r.json()["error"]["field"] == field, r.text

@@ -373,6 +373,14 @@ def _within(n: int, limit: int, what: str, field: str) -> None:
         raise LimitExceeded(f"{n} {what} exceed the limit of {limit}", field=field)
 
 
+def check_method(method: object, params: Any) -> BaseModel:
+    """A method's name and parameters, judged as a request's are (InvalidInput naming `method`
+    or `params.<name>`): for a route that takes them apart from a request body (the OpenRLHF
+    route's query string) and must refuse them before any sample is seated."""
+    spec = get_method(method)
+    return _check_params(spec.name, spec.params_model, params)
+
+
 def _check_params(method: str, model: type[BaseModel], given: Any) -> BaseModel:
     params_in = given or {}
     if not isinstance(params_in, dict):

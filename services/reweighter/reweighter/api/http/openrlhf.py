@@ -27,8 +27,10 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import json
 import logging
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +42,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from ...assembly import GroupAssembler, MemberReason, MemberResult, MemberSubmission
 from ...assembly.openrlhf import Rounds, Seat
 from ...config import OpenRLHFSettings
+from ...engine.checks import check_method
 from ...errors import InvalidInput, NotReady, Unauthenticated
+from ...methods.catalog import method_names
 from ...tenancy import Tenant, Tenants, current_tenant
 from ...types import DEFAULT_METHOD
 from ...verify import Verifier, response_of
@@ -165,9 +169,10 @@ def build_openrlhf_router(
     late_s: float = 10.0,
 ) -> APIRouter:
     """The route at `paths`. `verifier`: default from `settings` (the upstream URL, else the
-    math checker). Authentication is admission's (see `is_token_path`). `late_s`: how long
-    after a round opened its siblings may still join it when it was opened just after the
-    prompt's full round was answered (assembly/openrlhf.py: a late surplus)."""
+    math checker). `method`: the route's method where the URL names none (`?method=`).
+    Authentication is admission's (see `is_token_path`). `late_s`: how long after a round
+    opened its siblings may still join it when it was opened just after the prompt's full round
+    was answered (assembly/openrlhf.py: a late surplus)."""
     if verifier is None:
         verifier = (
             UpstreamVerifier(settings.upstream_url) if settings.upstream_url else math_verifier()
@@ -209,7 +214,7 @@ def build_openrlhf_router(
             )  # fmt: skip
 
     async def one(
-        size: int, query: str, prompt: str, reward: float
+        size: int, query: str, prompt: str, reward: float, how: tuple[str, dict[str, Any]]
     ) -> tuple[MemberResult | None, str]:
         """The sample's answer and its flag: None when it needs no group (n = 1); a raw answer
         at once when it is surplus (seated in no round) or its n was shown wrong ("surplus",
@@ -237,7 +242,7 @@ def build_openrlhf_router(
             submit = asyncio.ensure_future(assembler.submit(
                 MemberSubmission(
                     seat.group_id, seat.member_id, size, reward,
-                    completion=response, method=method, timeout_s=settings.timeout_s,
+                    completion=response, method=how[0], params=how[1], timeout_s=settings.timeout_s,
                     answer=canonical_answer(response),  # the checker's reading of it
                 )
             ))  # fmt: skip
@@ -267,7 +272,8 @@ def build_openrlhf_router(
             log.warning("OpenRLHF: %s", short.message())
 
     async def reward(body: OpenRLHFRewardIn, request: Request) -> OpenRLHFRewardOut:
-        with metrics.track("http", "openrlhf", method):
+        how = _method_of(request.query_params, method)
+        with metrics.track("http", "openrlhf", how[0]):
             size = _group_size(request.query_params.get("n"), settings.n)
             labels = body.labels if body.labels is not None else [None] * len(body.query)
             if not len(body.query) == len(body.prompts) == len(labels):
@@ -279,7 +285,10 @@ def build_openrlhf_router(
             metrics.completions.labels("http").observe(len(body.query))
             raw = await verifier(list(body.query), list(body.prompts), list(labels))
             results = await asyncio.gather(
-                *(one(size, q, p, r) for q, p, r in zip(body.query, body.prompts, raw, strict=True))
+                *(
+                    one(size, q, p, r, how)
+                    for q, p, r in zip(body.query, body.prompts, raw, strict=True)
+                )
             )
             return _answer(raw, results)
 
@@ -295,6 +304,15 @@ def build_openrlhf_router(
 def _parameters(path: str) -> list[dict[str, Any]]:
     """The route's parameters as the document states them: `n` (read by `_group_size`, not
     declared on the endpoint, which takes the body whole), and the path's token."""
+    how = [
+        {"name": "method", "in": "query", "required": False,
+         "schema": {"type": "string", "enum": method_names()},
+         "description": "the reweighting method (default: dra)"},
+        {"name": "params", "in": "query", "required": False, "style": "form", "explode": True,
+         "schema": {"type": "object", "additionalProperties": True},
+         "description": "the method's parameters, one query key each (`&lambda=0.5`); "
+         "GET /v1/info lists each method's"},
+    ]  # fmt: skip
     n = {
         "name": "n", "in": "query", "required": False,
         "schema": {"type": "integer", "minimum": 1},
@@ -302,12 +320,39 @@ def _parameters(path: str) -> list[dict[str, Any]]:
         "service sets --openrlhf-n",
     }  # fmt: skip
     if "{token}" not in path:
-        return [n]
+        return [n, *how]
     token = {
         "name": "token", "in": "path", "required": True, "schema": {"type": "string"},
         "description": "the service's --openrlhf-token, or a tenant's openrlhf_token",
     }  # fmt: skip
-    return [n, token]
+    return [n, *how, token]
+
+
+_NOT_PARAMS = frozenset({"n", "method"})
+"""The query keys of the route itself; every other key is a parameter of the method."""
+
+
+def _method_of(query: Mapping[str, str], default: str) -> tuple[str, dict[str, Any]]:
+    """`?method=` (else the route's) and its parameters, every other query key
+    (`?n=8&method=mmr&lambda=0.5`; a JSON scalar such as 0.5 or true is read as one, anything
+    else as text), judged by the engine's checks before any sample is seated: a bad one is a
+    422 naming its query key, never a round of mixed settings."""
+    name = query.get("method") or default
+    params = {k: _scalar(v) for k, v in query.items() if k not in _NOT_PARAMS}
+    try:
+        check_method(name, params)
+    except InvalidInput as e:
+        field = e.field.removeprefix("params.") if e.field else None
+        raise InvalidInput(e.message, field=field) from e
+    return name, params
+
+
+def _scalar(text: str) -> Any:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    return value if isinstance(value, int | float | bool) or value is None else text
 
 
 def _group_size(given: str | None, default: int | None) -> int:
