@@ -100,15 +100,16 @@ def test_dra_sign_case_floor_keeps_sign_none_flips_it() -> None:
     r = t(1.0, 0.5, -2.0)
     # Row sums without a floor: item 1: 1 - 0.6 - 0.6 = -0.2 (negative!),
     # item 2: -0.6 + 1 - 0.28 = 0.12, item 3: -0.6 - 0.28 + 1 = 0.12.
+    # The penalty -2.0 is kept as it is whatever the floor (DRA's rule for r <= 0, issue 49).
     raw = dra(r, SPREAD, similarity_floor=None)
-    close(raw, [1 / (-0.2 + EPS), 0.5 / (0.12 + EPS), -2.0 / (0.12 + EPS)], tol=1e-4)
+    close(raw, [1 / (-0.2 + EPS), 0.5 / (0.12 + EPS), -2.0], tol=1e-4)
     assert raw[0] < 0  # the correct, most distinct answer is punished: the authors' behaviour
     # Floor 0: every negative similarity counts as 0, each row sum is 1, nothing changes.
     floored = dra(r, SPREAD)
-    close(floored, [1 / (1 + EPS), 0.5 / (1 + EPS), -2.0 / (1 + EPS)])
+    close(floored, [1 / (1 + EPS), 0.5 / (1 + EPS), -2.0])
     assert torch.equal(torch.sign(floored), torch.sign(r))
     # Floor 0.5: each off-diagonal counts as 0.5, each row sum is 1 + 0.5 + 0.5 = 2.
-    close(dra(r, SPREAD, similarity_floor=0.5), [1 / (2 + EPS), 0.5 / (2 + EPS), -2 / (2 + EPS)])
+    close(dra(r, SPREAD, similarity_floor=0.5), [1 / (2 + EPS), 0.5 / (2 + EPS), -2.0])
 
 
 def test_dra_on_similarities_ignores_the_diagonal() -> None:

@@ -86,7 +86,7 @@ def ref_dra(r: list[float], s: list[list[float]], floor: float | None, eps: floa
         for j in range(len(r)):
             sij = 1.0 if i == j else s[i][j]
             row += sij if floor is None or i == j else max(sij, floor)
-        out.append(r[i] / (row + eps))
+        out.append(r[i] / (row + eps) if r[i] > 0 else r[i])  # a penalty is kept (dra.py)
     return out
 
 
@@ -115,7 +115,11 @@ def ref_mmr(
     out[first], chosen = r[first], [first]
     free.remove(first)
     while free:
-        score = [lam * r[i] - (1 - lam) * max(0.0, max(s[i][j] for j in chosen)) for i in range(g)]
+        # λ never shrinks a penalty (mmr.py): r_i < 0 enters as r_i.
+        score = [
+            (lam * r[i] if r[i] >= 0 else r[i]) - (1 - lam) * max(0.0, max(s[i][j] for j in chosen))
+            for i in range(g)
+        ]
         i = pick(score, free)
         out[i] = score[i]
         chosen.append(i)
@@ -210,7 +214,8 @@ def test_identical_embeddings_divide_dra_rewards_by_g(g: int, v: list[float], da
     scale = torch.tensor(data.draw(st.lists(st.floats(0.5, 4), min_size=g, max_size=g)))
     e = torch.tensor(v).expand(g, 4) * scale.unsqueeze(-1)  # same direction, any length
     r = torch.tensor(data.draw(st.lists(reward, min_size=g, max_size=g)))
-    torch.testing.assert_close(dra(r, e), r / g, atol=1e-5, rtol=1e-5)
+    # A positive reward is divided by g; a penalty is kept as it is (dra.py).
+    torch.testing.assert_close(dra(r, e), torch.where(r > 0, r / g, r), atol=1e-5, rtol=1e-5)
 
 
 # --- MMR --------------------------------------------------------------------------------------

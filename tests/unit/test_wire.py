@@ -114,8 +114,13 @@ def test_the_parity_check_finds_a_field_on_one_side_only() -> None:
 REQUEST = ReweightRequest(
     groups=[
         Group([1.0, 0.0, 2], completions=["a", "b", "c"], id="g0"),
-        Group([0.5, 0.25], embeddings=np.array([[1.0, 0.0], [0.0, 1.0]], dtype=np.float32),
-              answers=["4", None], prompt_key="p-1"),
+        Group(
+            [0.5, 0.25],
+            embeddings=np.array([[1.0, 0.0], [0.0, 1.0]], dtype=np.float32),
+            answers=["4", None],
+            prompt_key="p-1",
+            quality=[0.5, -0.75],
+        ),
     ],
     method="mmr",
     params={"lambda": 0.5},

@@ -148,6 +148,13 @@ class Group:
     prompt_key: str | None = wire(
         "a stable key of the group's prompt across steps (outcome_ucb's memory)", None
     )
+    quality: Sequence[float] | None = wire(
+        "the quality part of each completion's reward (e.g. its correctness term), one per "
+        "completion: the method reweights only this part and adds the rest (rewards - quality, "
+        "e.g. a format term) back unchanged, and no completion of positive quality ends below "
+        "one of quality <= 0 (docs/methods.md); absent: the whole reward is quality",
+        None,
+    )
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,9 @@ class Checked:
     step: int | None = None
     advantage_params: BaseModel | None = None
     needs: tuple[str, ...] = ()
+    quality: list[list[float] | None] | None = None
+    """Per group, the quality part of its rewards (None: the whole reward is quality); None
+    when no group gave one."""
 
     def flat_texts(self) -> list[str]:
         return [t for group in self.texts if group is not None for t in group]
@@ -121,6 +124,7 @@ def check_request(request: ReweightRequest, limits: Limits) -> Checked:
     rewards: list[list[float]] = []
     answers: list[list[str | None] | None] = []
     keys: list[str | None] = []
+    quality: list[list[float] | None] = []
     chars = 0
     for gi, g in enumerate(groups):
         where = f"groups[{gi}]"
@@ -130,6 +134,7 @@ def check_request(request: ReweightRequest, limits: Limits) -> Checked:
                 f"{len(r)} completions exceed the group limit of {limits.max_group_size}",
                 field=f"{where}.rewards",
             )
+        quality.append(_check_quality(g.quality, r, f"{where}.quality"))
         a = _check_answers(g.answers, len(r), f"{where}.answers")
         if a is not None:
             chars += sum(len(x) for x in a if x is not None)
@@ -175,6 +180,7 @@ def check_request(request: ReweightRequest, limits: Limits) -> Checked:
         step=step,
         advantage_params=adv_params,
         needs=spec.needs,
+        quality=quality if any(q is not None for q in quality) else None,
     )
 
 
@@ -442,6 +448,24 @@ def _check_number(v: Any, field: str) -> float:
     if not math.isfinite(f):
         raise InvalidInput(f"must be finite, got {f}", field=field)
     return f
+
+
+def _check_quality(values: Any, rewards: list[float], field: str) -> list[float] | None:
+    """The quality part of each reward: a finite number per completion, whose rest
+    (reward - quality, added back unchanged after reweighting) is finite too."""
+    if values is None:
+        return None
+    if isinstance(values, str | bytes) or not isinstance(values, Sequence | np.ndarray):
+        raise InvalidInput("must be a list of numbers, one per completion", field=field)
+    if len(values) != len(rewards):
+        raise InvalidInput(f"has {len(values)} items but rewards has {len(rewards)}", field=field)
+    q = [_check_number(v, f"{field}[{j}]") for j, v in enumerate(values)]
+    for j, (r, v) in enumerate(zip(rewards, q, strict=True)):
+        if not math.isfinite(r - v):
+            raise InvalidInput(
+                f"reward - quality overflows a 64-bit float ({r} - {v})", field=f"{field}[{j}]"
+            )
+    return q
 
 
 def _check_embeddings(values: Any, n: int, field: str) -> np.ndarray:

@@ -57,21 +57,21 @@ def reweight_checked(
                 rewards[i, : len(r)] = torch.tensor(r, dtype=torch.float64)
                 mask[i, : len(r)] = True
             ragged = mask
+        quality, given_q = _quality(checked, rewards)
         sim = batched_similarity(vectors, g_max, device)
         ctx = _context(checked, sim, ragged, counts, device)
         # A method that declares it needs no similarity gets none (it still feeds the stats).
         given = sim if spec.needs_similarity else None
-        if spec.needs:
-            new, lam = spec.apply(rewards, given, mask, checked.params, ctx=ctx)
-        else:
-            new, lam = spec.apply(rewards, given, mask, checked.params)
+        new, lam = spec.run(rewards, given, mask, checked.params, ctx, quality, given_q)
         adv = advantages_of(Batch(new, ragged, False), checked.advantages, checked.advantage_params)
         if (after := spec.apply_after) is not None:
             # After the estimator (outcome_ucb's bonus); with no estimator, on the rewards.
+            # What it tests (apply_to="correct") is the quality where a request gave it.
+            base = rewards if quality is None else quality
             if adv is not None:
-                adv = after(adv, rewards, ragged, checked.params, ctx=ctx)
+                adv = after(adv, base, ragged, checked.params, ctx=ctx)
             else:
-                new = after(new, rewards, ragged, checked.params, ctx=ctx)
+                new = after(new, base, ragged, checked.params, ctx=ctx)
         mean_sim = batched_mean_similarity(sim, ragged)
         _all_finite(new, adv, ragged)
         new_l, mean_l = new.cpu().tolist(), mean_sim.cpu().tolist()
@@ -100,6 +100,23 @@ def reweight_checked(
             )
         )
     return ReweightResult(method=str(checked.method), model=model, groups=out)
+
+
+def _quality(
+    checked: Checked, rewards: torch.Tensor
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """[B, G] float64 quality parts (a group without one: its rewards, so its rest is 0; 0 at
+    padding) and [B] which groups gave one; (None, None) when none did (the method then scales
+    the whole reward)."""
+    if checked.quality is None:
+        return None, None
+    q = rewards.clone()
+    given = torch.zeros(len(checked.quality), dtype=torch.bool, device=rewards.device)
+    for i, qi in enumerate(checked.quality):
+        if qi is not None:
+            q[i, : len(qi)] = torch.tensor(qi, dtype=torch.float64)
+            given[i] = True
+    return q, given
 
 
 def advantages_of(b: Batch, kind: str, params: BaseModel | None) -> torch.Tensor | None:

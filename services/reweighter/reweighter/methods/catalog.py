@@ -71,6 +71,61 @@ class MethodSpec:
     def apply_after(self) -> Callable[..., Any] | None:
         return _load(self.after) if self.after else None
 
+    def run(
+        self,
+        rewards: Any,
+        sim: Any,
+        mask: Any,
+        params: Any,
+        ctx: Any = None,
+        quality: Any = None,
+        given: Any = None,
+    ) -> tuple[Any, Any]:
+        """The kernel on [B, G] `rewards`, or on their `quality` part ([B, G]) when given: the
+        one place a kernel is called (the engine, the replay, the tests).
+
+        With quality, the rest (`rewards - quality`: a format term) is added back unchanged,
+        so the method scales quality alone, and then `right_above_wrong` keeps every completion
+        of positive quality at or above its group's completions of non-positive quality
+        (DESIGN principle 16). `given` ([B] bool): the groups that gave a quality; the others
+        pass their rewards as quality (rest 0) and are reweighted exactly as without it.
+        """
+        base = rewards if quality is None else quality
+        if self.needs:
+            new, lam = self.apply(base, sim, mask, params, ctx=ctx)
+        else:
+            new, lam = self.apply(base, sim, mask, params)
+        if quality is not None:
+            quality = quality.to(new.device, new.dtype)
+            rest = rewards.to(new.device, new.dtype) - quality
+            new = new + (rest if mask is None else rest.masked_fill(~mask, 0.0))
+            new = right_above_wrong(new, quality, mask, given)
+        return new, lam
+
+
+def right_above_wrong(new: Any, quality: Any, mask: Any = None, given: Any = None) -> Any:
+    """[B, G] reweighted rewards with each completion of positive quality raised, where needed,
+    to the highest reweighted reward among its group's completions of quality <= 0.
+
+    Scaling quality alone keeps a right answer's quality above a wrong one's, but the rest is
+    added back as it is: a right answer without the format term (rest 0) whose quality a
+    diversity term cut from 1.2 to 0.4 still ends below a formatted wrong answer (rest 1,
+    quality -0.02), which the base reward ranked below it. On picktwo-main's logged groups that
+    left 3 of 469 mixed DRA groups and 2 of 464 MMR groups inverted (EXPERIMENTS.md). The lift
+    makes principle 16 hold whatever the rests: diversity reorders right answers among
+    themselves and wrong answers among themselves, never one across the other (a tie at most).
+    A group with no completion of quality <= 0, or not in `given`, is unchanged."""
+    wrong = quality <= 0
+    right = quality > 0
+    if mask is not None:
+        wrong, right = wrong & mask, right & mask
+    if given is not None:
+        right = right & given.to(right.device).unsqueeze(-1)
+    if not bool(right.any()) or not bool(wrong.any()):
+        return new
+    floor = new.masked_fill(~wrong, float("-inf")).amax(-1, keepdim=True)
+    return new.maximum(floor).where(right, new)
+
 
 _PARAMS = "reweighter.methods.params"
 

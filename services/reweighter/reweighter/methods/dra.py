@@ -10,7 +10,25 @@ r~_i = r_i / (1 + eps)), and G identical completions each get r / G.
 negative denominator flips the sign of the reward, so a *correct* answer that is unlike its
 siblings would be punished. With the default floor 0.0, off-diagonal similarities below 0 count as
 0, the denominator is at least 1, and no reward changes sign or grows. `similarity_floor=None`
-reproduces the authors' released code exactly (no floor), sign flips included.
+reproduces the authors' released code exactly (no floor), sign flips included, for
+non-negative rewards.
+
+**Penalties are kept as they are** (since issue 49; before, DRA divided every reward):
+
+    r~_i = r_i / (sum_j s_ij + eps)   for r_i > 0,      r~_i = r_i   for r_i <= 0
+
+The paper's rewards are non-negative (accuracy and format), where this is its formula exactly.
+Dividing a *negative* reward by the similarity sum would penalise six copies of one wrong answer
+each about a sixth as much as a unique wrong answer (under a reward that pays -1 for a wrong
+answer, as verl's DAPO math score does): GRPO would be pushed toward the collapsed wrong answer.
+Multiplying it instead (the inverse) would make a penalty grow with the group's size, which the
+reward's author did not ask for. Kept as it is, a penalty is never smaller for being repeated,
+no reward grows in magnitude, and a completion of higher reward with the same similarities never
+gets less (Darling's rule, methods/darling.py).
+
+With a request's `quality` (types.Group.quality) the engine runs this on the quality part only
+and adds the rest (reward - quality, e.g. a format term) unchanged (MethodSpec.run): a right
+answer's quality stays above a wrong answer's 0 whatever their repetition.
 """
 
 from __future__ import annotations
@@ -44,7 +62,8 @@ def _dra(
     if not trusted and not _checks.all_finite(s):
         raise InvalidInput("NaN or inf among the similarities of valid items", field="similarity")
     r = b.rewards.to(s.dtype)
-    out = r / (s.sum(-1) + eps)
+    # A penalty is kept as it is (module docstring): dividing it would shrink a repeated one.
+    out = torch.where(r > 0, r / (s.sum(-1) + eps), r)
     if b.mask is not None:
         out = out.masked_fill_(~b.mask, 0.0)
     # With a floor >= 0 every denominator is >= 1: the result is finite by construction.

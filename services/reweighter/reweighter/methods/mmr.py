@@ -25,6 +25,22 @@ index instead, which with tied rewards hands an arbitrary member the unpenalised
 (default) leaves it as it is, which is λ = 1: every reward unchanged, so GRPO's advantages are 0
 as for plain GRPO. "diversify" is the paper's behaviour: λ as configured (adaptive: 0.5), and
 the novelty term alone spreads the group's rewards.
+
+**A penalty is not shrunk by λ** (since issue 49; before, every reward was multiplied by λ):
+
+    score_i = λ·r_i − (1 − λ)·red_i   for r_i >= 0,    score_i = r_i − (1 − λ)·red_i   for r_i < 0
+
+with red_i = max(0, max_{j selected} s_ij). The paper's rewards are non-negative (correctness),
+where this is its formula exactly. With λ·r_i a unique wrong answer paying -1 would keep only
+λ of its penalty (the first pick, which keeps its raw reward, all of it): under
+`equal_rewards="diversify"` a unique penalty picked first then weighed more than its repeated
+copies' mean. Without λ on a penalty, the first pick's raw reward is its score, repetition only
+adds the novelty cost (a repeated penalty is never smaller than a unique one), and since the
+score is increasing in r_i, a completion of higher reward with the same similarities is picked
+no later and never gets less (scores only fall as picks are made).
+
+With a request's `quality` (types.Group.quality) the engine runs this on the quality part only
+and adds the rest (reward - quality, e.g. a format term) unchanged (MethodSpec.run).
 """
 
 from __future__ import annotations
@@ -97,8 +113,9 @@ def _mmr(
         # which of them goes first does not change the answer.
         return cand.to(torch.uint8).argmax(-1, keepdim=True)
 
-    # base_i = λ·r_i while item i may still be picked, -inf once selected or when masked.
-    base = lam_b.unsqueeze(-1) * r
+    # base_i = λ·r_i (r_i for a penalty: module docstring) while item i may still be picked,
+    # -inf once selected or when masked.
+    base = torch.where(r >= 0, lam_b.unsqueeze(-1) * r, r)
     base.masked_fill_(~valid, -torch.inf)
     cost = (1.0 - lam_b).unsqueeze(-1)
     rows = torch.arange(bsz, device=r.device) * g  # row offsets into sim viewed as [B*G, G]

@@ -22,20 +22,22 @@ class Answer(_message.Message):
     def __init__(self, value: _Optional[str] = ...) -> None: ...
 
 class Group(_message.Message):
-    __slots__ = ("id", "rewards", "completions", "embeddings", "answers", "prompt_key")
+    __slots__ = ("id", "rewards", "completions", "embeddings", "answers", "prompt_key", "quality")
     ID_FIELD_NUMBER: _ClassVar[int]
     REWARDS_FIELD_NUMBER: _ClassVar[int]
     COMPLETIONS_FIELD_NUMBER: _ClassVar[int]
     EMBEDDINGS_FIELD_NUMBER: _ClassVar[int]
     ANSWERS_FIELD_NUMBER: _ClassVar[int]
     PROMPT_KEY_FIELD_NUMBER: _ClassVar[int]
+    QUALITY_FIELD_NUMBER: _ClassVar[int]
     id: str
     rewards: _containers.RepeatedScalarFieldContainer[float]
     completions: _containers.RepeatedScalarFieldContainer[str]
     embeddings: Embeddings
     answers: _containers.RepeatedCompositeFieldContainer[Answer]
     prompt_key: str
-    def __init__(self, id: _Optional[str] = ..., rewards: _Optional[_Iterable[float]] = ..., completions: _Optional[_Iterable[str]] = ..., embeddings: _Optional[_Union[Embeddings, _Mapping]] = ..., answers: _Optional[_Iterable[_Union[Answer, _Mapping]]] = ..., prompt_key: _Optional[str] = ...) -> None: ...
+    quality: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, id: _Optional[str] = ..., rewards: _Optional[_Iterable[float]] = ..., completions: _Optional[_Iterable[str]] = ..., embeddings: _Optional[_Union[Embeddings, _Mapping]] = ..., answers: _Optional[_Iterable[_Union[Answer, _Mapping]]] = ..., prompt_key: _Optional[str] = ..., quality: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class ReweightRequest(_message.Message):
     __slots__ = ("method", "params", "advantages", "groups", "advantage_params", "step")
