@@ -177,104 +177,54 @@ def build_openrlhf_router(
         verifier = (
             UpstreamVerifier(settings.upstream_url) if settings.upstream_url else math_verifier()
         )
-    stats = OpenRLHFStats()
-    metrics.registry.register(_StatsCollector(stats))
-    # Each tenant's prompts have their own rounds and their own wrong-n state (tenants are the
-    # file's, so this holds at most one entry per tenant): two jobs on one prompt never meet.
-    per_tenant: dict[str, tuple[Rounds, dict[int, asyncio.Event]]] = {}
-
-    def state() -> tuple[Rounds, dict[int, asyncio.Event]]:
-        t = current_tenant()
-        if t not in per_tenant:
-            per_tenant[t] = (Rounds("openrlhf", burst_s=settings.timeout_s, late_s=late_s), {})
-        return per_tenant[t]
-
+    route = OpenRLHFRoute(settings, metrics, assembler, verifier, method, late_s)
+    metrics.registry.register(_StatsCollector(route.stats))
     close = getattr(verifier, "aclose", None)
     router = v1_router(tags=["openrlhf"], on_shutdown=[close] if close else None)
-
-    # wrong_now (per tenant, in `state`): n -> set once a surplus shows n is wrong
-
-    def raw(seat_or_none: Seat | None, reward: float, rnd: int) -> MemberResult:
-        gid, mid = (seat_or_none.group_id, seat_or_none.member_id) if seat_or_none else ("", "")
-        return MemberResult(
-            gid, mid, reward, reward, None, complete=False,
-            reason=MemberReason.SHORT, stats=None, members=1, round=rnd,
+    for path in paths:
+        router.add_api_route(
+            path, route.reward, methods=["POST"], response_model=OpenRLHFRewardOut,
+            responses=_RESPONSES, summary="OpenRLHF remote reward (--reward.remote_url)",
+            openapi_extra={"parameters": _parameters(path)},
         )  # fmt: skip
+    return router
 
-    def shown_wrong(size: int) -> None:
-        rounds, wrong_now = state()
-        event = wrong_now.setdefault(size, asyncio.Event())
-        if not event.is_set():
-            event.set()
-            log.warning(
-                "OpenRLHF: ?n=%d is wrong: %s. Every later sample with n=%d (and every one "
-                "waiting in an open round) is answered with its raw reward, flagged wrong_n, "
-                "until ?n= equals --rollout.n_samples_per_prompt",
-                size, rounds.wrong[size], size,
-            )  # fmt: skip
 
-    async def one(
-        size: int, query: str, prompt: str, reward: float, how: tuple[str, dict[str, Any]]
-    ) -> tuple[MemberResult | None, str]:
-        """The sample's answer and its flag: None when it needs no group (n = 1); a raw answer
-        at once when it is surplus (seated in no round) or its n was shown wrong ("surplus",
-        "wrong_n"); else its round's ("")."""
-        if size == 1:
-            return None, ""
-        if assembler is None:
-            raise NotReady("group assembly is not running in this service")
-        rounds, wrong_now = state()  # the caller's tenant's
-        if size in rounds.wrong:
-            stats.wrong_n += 1
-            return raw(None, reward, -1), "wrong_n"
-        seat = rounds.enter(prompt, query, size)
-        result: MemberResult | None = None
-        try:
-            if seat.wrong:  # of the next step, after a late surplus opened its round
-                shown_wrong(size)
-                stats.wrong_n += 1
-                return raw(seat, reward, seat.round), "wrong_n"
-            if seat.surplus:
-                shown_wrong(size)
-                result = raw(seat, reward, seat.round)
-                return result, "surplus"
-            response = response_of(query, prompt)
-            submit = asyncio.ensure_future(assembler.submit(
-                MemberSubmission(
-                    seat.group_id, seat.member_id, size, reward,
-                    completion=response, method=how[0], params=how[1], timeout_s=settings.timeout_s,
-                    answer=canonical_answer(response),  # the checker's reading of it
-                )
-            ))  # fmt: skip
-            wrong = asyncio.ensure_future(wrong_now.setdefault(size, asyncio.Event()).wait())
-            try:
-                await asyncio.wait({submit, wrong}, return_when=asyncio.FIRST_COMPLETED)
-                if not submit.done() and rounds.whole(seat, size):
-                    await asyncio.wait({submit})  # a whole round is of one step: its answer
-            finally:
-                wrong.cancel()
-                if not submit.done():  # n shown wrong while it waited: its round could mix
-                    submit.cancel()
-            if submit.cancelled():
-                stats.wrong_n += 1
-                return raw(seat, reward, seat.round), "wrong_n"
-            result = submit.result()
-            return result, ""
-        finally:
-            _leave(seat, result, size)
+@dataclass
+class _TenantRounds:
+    """One tenant's prompts' rounds, and the sizes `n` a surplus has shown wrong (each an event
+    that releases the samples still waiting with that n)."""
 
-    def _leave(seat: Seat, result: MemberResult | None, size: int) -> None:
-        members = result.members if result is not None and not result.complete else size
-        short = state()[0].leave(seat, answered=result is not None, members=members, n=size)
-        if short is not None:
-            stats.short_rounds += 1
-            stats.surplus_rounds += short.after_full_round
-            log.warning("OpenRLHF: %s", short.message())
+    rounds: Rounds
+    wrong_now: dict[int, asyncio.Event]
 
-    async def reward(body: OpenRLHFRewardIn, request: Request) -> OpenRLHFRewardOut:
-        how = _method_of(request.query_params, method)
-        with metrics.track("http", "openrlhf", how[0]):
-            size = _group_size(request.query_params.get("n"), settings.n)
+
+class OpenRLHFRoute:
+    """The route's state and its steps: a request's samples are verified, seated in their
+    prompt's round and answered by the assembler (or raw: surplus, wrong n, n = 1)."""
+
+    def __init__(
+        self,
+        settings: OpenRLHFSettings,
+        metrics: Metrics,
+        assembler: GroupAssembler | None,
+        verifier: Verifier,
+        method: str,
+        late_s: float,
+    ) -> None:
+        self.settings, self.metrics, self.assembler = settings, metrics, assembler
+        self.verifier, self.method, self.late_s = verifier, method, late_s
+        self.stats = OpenRLHFStats()
+        # Each tenant's prompts have their own rounds and their own wrong-n state (tenants are
+        # the file's, so this holds at most one entry per tenant): two jobs on one prompt never
+        # meet.
+        self.per_tenant: dict[str, _TenantRounds] = {}
+
+    async def reward(self, body: OpenRLHFRewardIn, request: Request) -> OpenRLHFRewardOut:
+        """The endpoint: every sample of the request, answered together."""
+        how = _method_of(request.query_params, self.method)
+        with self.metrics.track("http", "openrlhf", how[0]):
+            size = _group_size(request.query_params.get("n"), self.settings.n)
             labels = body.labels if body.labels is not None else [None] * len(body.query)
             if not len(body.query) == len(body.prompts) == len(labels):
                 raise InvalidInput(
@@ -282,23 +232,110 @@ def build_openrlhf_router(
                     f"{len(body.query)}, {len(body.prompts)}, {len(labels)}",
                     field="prompts",
                 )
-            metrics.completions.labels("http").observe(len(body.query))
-            raw = await verifier(list(body.query), list(body.prompts), list(labels))
-            results = await asyncio.gather(
-                *(
-                    one(size, q, p, r, how)
-                    for q, p, r in zip(body.query, body.prompts, raw, strict=True)
-                )
-            )
+            self.metrics.completions.labels("http").observe(len(body.query))
+            raw = await self.verifier(list(body.query), list(body.prompts), list(labels))
+            samples = zip(body.query, body.prompts, raw, strict=True)
+            results = await asyncio.gather(*(self.sample(size, *s, how) for s in samples))
             return _answer(raw, results)
 
-    for path in paths:
-        router.add_api_route(
-            path, reward, methods=["POST"], response_model=OpenRLHFRewardOut,
-            responses=_RESPONSES, summary="OpenRLHF remote reward (--reward.remote_url)",
-            openapi_extra={"parameters": _parameters(path)},
-        )  # fmt: skip
-    return router
+    def state(self) -> _TenantRounds:
+        """The caller's tenant's rounds."""
+        t = current_tenant()
+        if t not in self.per_tenant:
+            rounds = Rounds("openrlhf", burst_s=self.settings.timeout_s, late_s=self.late_s)
+            self.per_tenant[t] = _TenantRounds(rounds, {})
+        return self.per_tenant[t]
+
+    async def sample(
+        self, size: int, query: str, prompt: str, reward: float, how: tuple[str, dict[str, Any]]
+    ) -> tuple[MemberResult | None, str]:
+        """The sample's answer and its flag: None when it needs no group (n = 1); a raw answer
+        at once when it is surplus (seated in no round) or its n was shown wrong ("surplus",
+        "wrong_n"); else its round's ("")."""
+        if size == 1:
+            return None, ""
+        if self.assembler is None:
+            raise NotReady("group assembly is not running in this service")
+        job = self.state()
+        if size in job.rounds.wrong:
+            self.stats.wrong_n += 1
+            return _raw(None, reward, -1), "wrong_n"
+        seat = job.rounds.enter(prompt, query, size)
+        result: MemberResult | None = None
+        try:
+            if seat.wrong:  # of the next step, after a late surplus opened its round
+                self.shown_wrong(size)
+                self.stats.wrong_n += 1
+                return _raw(seat, reward, seat.round), "wrong_n"
+            if seat.surplus:
+                self.shown_wrong(size)
+                result = _raw(seat, reward, seat.round)
+                return result, "surplus"
+            result = await self.seated(job, seat, size, query, prompt, reward, how)
+            if result is None:  # n shown wrong while it waited
+                self.stats.wrong_n += 1
+                return _raw(seat, reward, seat.round), "wrong_n"
+            return result, ""
+        finally:
+            self.leave(seat, result, size)
+
+    async def seated(
+        self, job: _TenantRounds, seat: Seat, size: int, query: str, prompt: str, reward: float,
+        how: tuple[str, dict[str, Any]],
+    ) -> MemberResult | None:  # fmt: skip
+        """A seated sample through the assembler: its round's answer, or None when its n was
+        shown wrong while it waited (and its round was not whole: it could mix two steps)."""
+        assert self.assembler is not None
+        response = response_of(query, prompt)
+        submit = asyncio.ensure_future(self.assembler.submit(
+            MemberSubmission(
+                seat.group_id, seat.member_id, size, reward,
+                completion=response, method=how[0], params=how[1],
+                timeout_s=self.settings.timeout_s,
+                answer=canonical_answer(response),  # the checker's reading of it
+            )
+        ))  # fmt: skip
+        wrong = asyncio.ensure_future(job.wrong_now.setdefault(size, asyncio.Event()).wait())
+        try:
+            await asyncio.wait({submit, wrong}, return_when=asyncio.FIRST_COMPLETED)
+            if not submit.done() and job.rounds.whole(seat, size):
+                await asyncio.wait({submit})  # a whole round is of one step: its answer
+        finally:
+            wrong.cancel()
+            if not submit.done():  # n shown wrong while it waited: its round could mix
+                submit.cancel()
+        return None if submit.cancelled() else submit.result()
+
+    def shown_wrong(self, size: int) -> None:
+        job = self.state()
+        event = job.wrong_now.setdefault(size, asyncio.Event())
+        if not event.is_set():
+            event.set()
+            log.warning(
+                "OpenRLHF: ?n=%d is wrong: %s. Every later sample with n=%d (and every one "
+                "waiting in an open round) is answered with its raw reward, flagged wrong_n, "
+                "until ?n= equals --rollout.n_samples_per_prompt",
+                size, job.rounds.wrong[size], size,
+            )  # fmt: skip
+
+    def leave(self, seat: Seat, result: MemberResult | None, size: int) -> None:
+        members = result.members if result is not None and not result.complete else size
+        short = self.state().rounds.leave(
+            seat, answered=result is not None, members=members, n=size
+        )
+        if short is not None:
+            self.stats.short_rounds += 1
+            self.stats.surplus_rounds += short.after_full_round
+            log.warning("OpenRLHF: %s", short.message())
+
+
+def _raw(seat: Seat | None, reward: float, rnd: int) -> MemberResult:
+    """A sample's answer with its raw reward (no round, or none to wait for)."""
+    gid, mid = (seat.group_id, seat.member_id) if seat else ("", "")
+    return MemberResult(
+        gid, mid, reward, reward, None, complete=False,
+        reason=MemberReason.SHORT, stats=None, members=1, round=rnd,
+    )  # fmt: skip
 
 
 def _parameters(path: str) -> list[dict[str, Any]]:
