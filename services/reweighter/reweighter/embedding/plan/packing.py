@@ -201,27 +201,31 @@ class _Fill:
 
     def push_below(self, rank: int, start: int | None = None) -> None:
         """Request `rank`'s head below: its best usable entry (from `start` down)."""
-        self.bver[rank] += 1
-        limit = self.rnd.longest if self.cap is None else min(self.rnd.longest, self.cap)
-        if self.most is not None:
-            limit = min(limit, self.most[rank])
-        got = self.views.below(rank, limit, start)
+        ver, views, cap, most = self.bver, self.views, self.cap, self.most
+        ver[rank] += 1
+        limit = self.rnd.longest
+        if cap is not None and cap < limit:
+            limit = cap
+        if most is not None and most[rank] < limit:
+            limit = most[rank]
+        got = views.below(rank, limit, start)
         if got is not None:
             at, cost = got
-            pos = self.views.ixs[rank].entries[at][1]
-            heapq.heappush(self.head_below, (-cost, rank, -pos, at, self.bver[rank]))
+            pos = views.ixs[rank].entries[at][1]
+            heapq.heappush(self.head_below, (-cost, rank, -pos, at, ver[rank]))
 
     def push_above(self, rank: int, start: int | None = None) -> None:
         """Request `rank`'s head above: its shortest usable entry over the round's longest."""
-        self.aver[rank] += 1
+        ver, views, most = self.aver, self.views, self.most
+        ver[rank] += 1
         if not self.heads_above:
             return
-        got = self.views.above(rank, self.rnd.longest, start)
-        if got is None or (self.most is not None and got[1] > self.most[rank]):
+        got = views.above(rank, self.rnd.longest, start)
+        if got is None or (most is not None and got[1] > most[rank]):
             return
         at, cost = got
-        pos = self.views.ixs[rank].entries[at][1]
-        heapq.heappush(self.head_above, (cost, rank, pos, at, self.aver[rank]))
+        pos = views.ixs[rank].entries[at][1]
+        heapq.heappush(self.head_above, (cost, rank, pos, at, ver[rank]))
 
     def grew(self, longest: int) -> None:
         """The round's longest grew to `longest`: what it passed is below now."""
