@@ -231,6 +231,38 @@ def test_trl_snippet_word_for_word(tmp_path: Path, service, http) -> None:
     assert got["rewards"] == pytest.approx(want.groups[0].rewards, abs=1e-6)
 
 
+TRL_QUALITY_DRIVER = r"""
+
+# ---- driver (not in the docs): one step as GRPOTrainer calls it ------------------------------
+import json, sys
+from reweighter.client import connect
+
+reward.backend = connect(sys.argv[1])  # the live service in place of reweighter:8080
+completions = ["Answer: 7", "Answer: 7", "Answer: 7", "Answer: 8"]
+rewards = reward(prompts=["what is 3 + 4?"] * 4, completions=completions, answer=["7"] * 4,
+                 trainer_state=None)
+print(json.dumps({"completions": completions, "rewards": rewards}))
+"""
+
+
+@pytest.mark.process
+def test_trl_quality_snippet_word_for_word(tmp_path: Path, service, http) -> None:
+    """The documented `quality=accuracy`: the groups carry the accuracy term as quality, so the
+    answer is the service's for (rewards, quality), not for the whole reward."""
+    pytest.importorskip("trl")
+    snippet = block("trl-quality-snippet")
+    got = json.loads(fresh(snippet + TRL_QUALITY_DRIVER, tmp_path, service.http_url
+                           ).splitlines()[-1])  # fmt: skip
+    base, quality = [3.0, 3.0, 3.0, 1.0], [2.0, 2.0, 2.0, 0.0]  # accuracy 2 + format 1
+    group = {"rewards": base, "completions": got["completions"]}
+    split = http.reweight(ReweightRequest(groups=[Group(**group, quality=quality)],
+                                          method="darling"))  # fmt: skip
+    whole = http.reweight(ReweightRequest(groups=[Group(**group)], method="darling"))
+    assert got["rewards"] == pytest.approx(split.groups[0].rewards, abs=1e-6)
+    assert got["rewards"] != pytest.approx(whole.groups[0].rewards, abs=1e-6)
+    assert min(got["rewards"][:3]) > got["rewards"][3]  # the right answers above the wrong one
+
+
 def test_readme_rows_are_the_commands_run_here() -> None:
     """README's 'Other RL stacks' table repeats the commands above: each is a subset of a block
     this file runs (so it is run too), not a second, untested spelling."""

@@ -64,6 +64,7 @@ def reweight_by_key(
     prompt_keys: Sequence[str | None] | None = None,
     step: int | None = None,
     advantage_params: Mapping[str, Any] | None = None,
+    quality: Sequence[float] | None = None,
 ) -> Reweighted:
     """Reweight a flat batch in ONE call; completions with equal keys form a group.
 
@@ -74,10 +75,12 @@ def reweight_by_key(
     `answers` (per completion: its extracted final answer or None) and `prompt_keys` (per
     completion; a group takes its first member's) go with the groups when the stack has them
     (darling's classes, outcome_ucb's memory, `stats.distinct_answers`); `step` (the trainer's
-    global step) and `advantage_params` (pass_at_k's k) with the request.
+    global step) and `advantage_params` (pass_at_k's k) with the request. `quality` (per
+    completion: the quality part of its reward) goes with the groups: the method reweights only
+    it and adds the rest back (docs/methods.md).
     """
     n = len(keys)
-    for name, values in (("answers", answers), ("prompt_keys", prompt_keys)):
+    for name, values in (("answers", answers), ("prompt_keys", prompt_keys), ("quality", quality)):
         if values is not None and len(values) != n:
             raise ValueError(f"{name}: {len(values)} given for {n} completions")
     if not n == len(rewards) == len(completions) == (n if order is None else len(order)):
@@ -101,6 +104,7 @@ def reweight_by_key(
                 id=key if isinstance(key, str) else str(g),
                 answers=None if answers is None else [answers[i] for i in idx],
                 prompt_key=None if prompt_keys is None else prompt_keys[idx[0]],
+                quality=None if quality is None else [float(quality[i]) for i in idx],
             )
             for g, (key, idx) in enumerate(members.items())
         ],

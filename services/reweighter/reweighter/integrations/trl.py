@@ -57,6 +57,7 @@ class _Batch:
     rewards: list[float]
     step: int = 0
     answers: list[str | None] | None = None
+    quality: list[float] | None = None
 
 
 @dataclass
@@ -84,6 +85,11 @@ class ReweightedReward:
     """Optional: each completion's canonical final answer (a string, or None where it gives
     none), called like a reward function `f(prompts, completions, **columns)`. Sent as the
     group's `answers`: darling's classes, outcome_ucb's counts, `stats.distinct_answers`."""
+    quality: Sequence[RewardFunc] | None = None
+    """Optional: which of `reward_funcs` score quality (correctness). Their weighted sum is sent
+    as each group's `quality`: the method reweights only that part and adds the other terms
+    (format, length) back unchanged, so no diversity term ranks a wrong completion above a
+    right one (docs/methods.md, "Quality apart from the rest"). None: the whole reward."""
     on_result: Callable[[dict[str, Any]], None] | None = None
     """Called on every process after each batch with its slice (tracing, tests)."""
     name: str = "reweighted"
@@ -101,6 +107,13 @@ class ReweightedReward:
             )
         if self.num_generations < 1:
             raise ValueError("num_generations: must be at least 1")
+        for func in self.quality or ():
+            if not any(func is f for f in self.reward_funcs):
+                name = getattr(func, "__name__", repr(func))
+                raise ValueError(
+                    f"quality: {name} is not one of the reward functions; name the quality "
+                    "term among them, as reweighted(accuracy, fmt, quality=accuracy)"
+                )
         self._step = 0
         self.__name__ = self.name  # TRL names reward functions by __name__
 
@@ -108,7 +121,7 @@ class ReweightedReward:
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any):
         t0 = time.perf_counter()
-        base = self._base_rewards(prompts, completions, kwargs)
+        base, quality = self._base_rewards(prompts, completions, kwargs)
         answers = self._answers(prompts, completions, kwargs)
         t1 = time.perf_counter()
         # The trainer's global step when TRL passes its state (outcome_ucb counts once per
@@ -116,7 +129,7 @@ class ReweightedReward:
         state = kwargs.get("trainer_state")
         step = int(getattr(state, "global_step", self._step) if state is not None else self._step)
         texts = [completion_text(c) for c in completions]
-        local = _Batch(list(prompts), texts, base, step, answers)
+        local = _Batch(list(prompts), texts, base, step, answers, quality)
         (values, stats), slices, rank = on_main(local, self._reweight_all)
         out = my_part(values, [len(s.texts) for s in slices], rank)
         t2 = time.perf_counter()
@@ -138,10 +151,14 @@ class ReweightedReward:
 
     # -- pieces ---------------------------------------------------------------------------
 
-    def _base_rewards(self, prompts, completions, kwargs) -> list[float]:
+    def _base_rewards(self, prompts, completions, kwargs) -> tuple[list[float], list[float] | None]:
+        """The weighted sum of the reward functions, and of the quality ones among them (None
+        when no quality was named); each function is called once."""
         columns = {k: v for k, v in kwargs.items() if k not in ("log_metric", "log_extra")}
         total = [0.0] * len(completions)
+        quality = [0.0] * len(completions) if self.quality else None
         for func, w in zip(self.reward_funcs, self.weights or (), strict=True):
+            is_quality = quality is not None and any(func is f for f in self.quality or ())
             values = func(prompts=prompts, completions=completions, **columns)
             if len(values) != len(completions):
                 name = getattr(func, "__name__", repr(func))
@@ -153,7 +170,9 @@ class ReweightedReward:
                 # None means "does not apply" in TRL; it contributes nothing, like TRL's nansum.
                 if v is not None and not math.isnan(v):
                     total[i] += w * float(v)
-        return total
+                    if is_quality:
+                        quality[i] += w * float(v)  # type: ignore[index]
+        return total, quality
 
     def _answers(self, prompts, completions, kwargs) -> list[str | None] | None:
         if self.answer_func is None:
@@ -182,6 +201,9 @@ class ReweightedReward:
         answers = None
         if all(s.answers is not None for s in slices):
             answers = [a for s in slices for a in s.answers or []]
+        quality = None
+        if all(s.quality is not None for s in slices):
+            quality = [q for s in slices for q in s.quality or []]
         out = reweight_by_key(
             self.backend,
             keys,
@@ -189,6 +211,7 @@ class ReweightedReward:
             texts,
             **{**self.options.request(), "advantages": str(self.options.advantages)},
             answers=answers,
+            quality=quality,
             prompt_keys=[prompt_key(p) for p in prompts],
             step=step,
         )
@@ -225,6 +248,7 @@ def reweighted(
     weights: Sequence[float] | None = None,
     num_generations_eval: int | None = None,
     answer_func: RewardFunc | None = None,
+    quality: RewardFunc | Sequence[RewardFunc] | None = None,
     **options: Any,
 ) -> ReweightedReward:
     """The one-liner: `reward_funcs=[reweighted(acc, fmt, num_generations=8, backend=URL)]`.
@@ -235,6 +259,10 @@ def reweighted(
     ReweighterOptions (integrations/options.py: api_key, timeout_s, long_text, method, params,
     advantages, advantage_params), validated there and named when wrong or when the backend
     cannot apply it: nothing is restated here, nothing dropped.
+
+    `quality`: the reward function(s), among `reward_funcs`, that score quality
+    (`reweighted(accuracy, fmt, quality=accuracy)`): only their weighted part is reweighted,
+    the rest is added back unchanged (ReweightedReward.quality).
     """
     if "url" in options:
         raise TypeError("reweighted(): give the URL as backend=, not url=")
@@ -255,4 +283,5 @@ def reweighted(
         num_generations_eval=num_generations_eval,
         options=parsed,
         answer_func=answer_func,
+        quality=None if quality is None else [quality] if callable(quality) else list(quality),
     )
