@@ -17,7 +17,7 @@ Four columns per method, each recomputed here:
   completion (= base reward - answer_format, checked against the log to 1e-9), the format term
   added back unscaled, and nothing more;
 - `quality`: what the service does with that quality (`MethodSpec.run`): `scaled`, then
-  `right_above_wrong` (DESIGN principle 16).
+  `right_above_wrong` (docs/methods.md, "Quality apart from the rest").
 
 DRA and MMR need the completions' similarities: they are embedded again with the service's
 encoder (the bundled all-MiniLM-L6-v2, as the run's service); the replay checks it is the run by

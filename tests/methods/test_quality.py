@@ -1,4 +1,4 @@
-"""Quality apart from the rest (issue 49, DESIGN principle 16), for every method of the catalogue.
+"""Quality apart from the rest (issue 49: correctness before diversity), for every method.
 
 A request may say which part of each reward is quality; `MethodSpec.run` (the one call of a
 kernel) reweights only that part, adds the rest back unchanged and keeps every completion of

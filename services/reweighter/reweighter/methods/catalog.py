@@ -87,8 +87,9 @@ class MethodSpec:
         With quality, the rest (`rewards - quality`: a format term) is added back unchanged,
         so the method scales quality alone, and then `right_above_wrong` keeps every completion
         of positive quality at or above its group's completions of non-positive quality
-        (DESIGN principle 16). `given` ([B] bool): the groups that gave a quality; the others
-        pass their rewards as quality (rest 0) and are reweighted exactly as without it.
+        (correctness before diversity: docs/methods.md). `given` ([B] bool): the groups that
+        gave a quality; the others pass their rewards as quality (rest 0) and are reweighted
+        exactly as without it.
         """
         base = rewards if quality is None else quality
         if self.needs:
