@@ -179,6 +179,28 @@ def _check_is_the_run(arm: str, g: dict[str, Any], whole: list[float]) -> None:
             )
 
 
+def penalty_shares(runs: Path = RUNS, arm: str = "dra") -> dict[str, float]:
+    """What the arm's logged run kept of each negative base reward (reweighted / base): the
+    evidence for the penalty rules. DRA as run divided a penalty by its similarity sum, so a
+    share below 1 is a penalty shrunk, mostly by repetition; MMR subtracted its novelty cost
+    (a share above 1) after multiplying by λ (below 1)."""
+    shares = [
+        r / b
+        for path in group_logs(runs, arm)
+        for g in read_groups(path)
+        for b, r in zip(g["base_rewards"], g["rewards"], strict=True)
+        if b < 0
+    ]
+    shares.sort()
+    n = len(shares)
+    return {
+        "penalties": n,
+        "median": (shares[(n - 1) // 2] + shares[n // 2]) / 2,
+        "min": shares[0],
+        "below_half": sum(x < 0.5 for x in shares) / n,
+    }
+
+
 def default_embedder() -> Any:
     """The service's encoder, the bundled model with its defaults (what the runs' service
     used), eager on the CPU."""
@@ -200,4 +222,7 @@ def markdown(table: dict[str, dict[str, int]]) -> str:
 
 
 if __name__ == "__main__":
-    print(markdown(replay(Path(sys.argv[1]) if len(sys.argv) > 1 else RUNS)))
+    where = Path(sys.argv[1]) if len(sys.argv) > 1 else RUNS
+    print(markdown(replay(where)))
+    for arm in ("dra", "mmr"):
+        print(f"{arm} as run kept of its penalties: {penalty_shares(where, arm)}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from reweighter_research.inversions import replay
+from reweighter_research.inversions import penalty_shares, replay
 
 TABLE = {
     "dra": {"mixed": 469, "logged": 2, "whole": 2, "scaled": 3, "quality": 0},
@@ -30,3 +30,20 @@ def test_dra_and_mmr_with_quality_rank_no_right_completion_below_a_wrong_one() -
     table = replay(arms=("dra", "mmr"))
     assert table == {arm: TABLE[arm] for arm in ("dra", "mmr")}
     assert all(row["quality"] == 0 for row in table.values())
+
+
+def test_the_dra_arm_shrank_its_penalties_and_the_mmr_arm_did_not() -> None:
+    """Why DRA's rule changed: as run, it kept a median quarter of each negative base reward
+    (every penalty divided by a similarity sum of ~4 among near-identical completions), so a
+    collapsed wrong answer cost GRPO a quarter of a unique one's. MMR's novelty cost mostly
+    grew its penalties; only λ shrank some (to 0.63 at least)."""
+    dra = penalty_shares(arm="dra")
+    assert dra["penalties"] == 273
+    assert dra["median"] == pytest.approx(0.248, abs=1e-3)
+    assert dra["min"] == pytest.approx(0.152, abs=1e-3)
+    assert dra["below_half"] == pytest.approx(0.978, abs=1e-3)
+    mmr = penalty_shares(arm="mmr")
+    assert mmr["penalties"] == 282
+    assert mmr["median"] == pytest.approx(1.602, abs=1e-3)
+    assert mmr["min"] == pytest.approx(0.633, abs=1e-3)
+    assert mmr["below_half"] == 0.0
