@@ -366,8 +366,10 @@ def test_a_full_state_redis_is_a_503(deployment: tuple[Servers, BackgroundServic
     gid = member.pop("group_id")
     r = httpx.post(f"{url}/v1/groups/{gid}/members", json=member, timeout=30)
     assert r.status_code == 503, r.text
+    assert r.json()["error"]["type"] == "StoreUnavailable" and "maxmemory" in r.text, r.text
     memory = {"method": "outcome_ucb", "params": {"scale": 1.0, "baseline": None}, "step": 1,
               "groups": [{"rewards": [0.0, 0.0], "embeddings": [[1.0, 0.0], [0.0, 1.0]],
                           "answers": ["a", "b"], "prompt_key": "full"}]}  # fmt: skip
     r = httpx.post(f"{url}/v1/reweight", json=memory, timeout=30)
     assert r.status_code == 503, r.text
+    assert r.json()["error"]["type"] == "MemoryUnavailable", r.text
