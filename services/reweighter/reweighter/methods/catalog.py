@@ -135,15 +135,16 @@ CATALOG: dict[str, MethodSpec] = {
     for spec in (
         MethodSpec(
             Method.DRA,
-            "DRA-GRPO (arXiv 2505.09655): r_i / (sum_j s_ij + eps); a completion shares its "
-            "reward with the siblings it resembles.",
+            "DRA-GRPO (arXiv 2505.09655): r_i / (sum_j s_ij + eps), a penalty (r_i <= 0) kept "
+            "as it is; a completion shares its reward with the siblings it resembles.",
             params=f"{_PARAMS}:DraParams",
             kernel="reweighter.methods.dra:apply",
         ),
         MethodSpec(
             Method.MMR,
             "MMR-GRPO (arXiv 2601.09085): greedy maximal-marginal-relevance order; each pick's "
-            "reward is lambda*r_i - (1-lambda)*max similarity to earlier picks.",
+            "reward is lambda*r_i - (1-lambda)*max similarity to earlier picks (r_i, not "
+            "lambda*r_i, for a penalty r_i < 0).",
             params=f"{_PARAMS}:MmrParams",
             kernel="reweighter.methods.mmr:apply",
         ),

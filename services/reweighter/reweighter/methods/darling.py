@@ -25,7 +25,10 @@ Rewards are non-negative qualities in the paper (correctness in {0, 1}), where a
 rewards give a wrong answer) is kept as it is, for the same reason: multiplying it by d would
 shrink the penalty of a *collapsed* wrong answer (d at the floor) ten-fold while a unique wrong
 answer kept all of it, rewarding collapse. So r~_i = r_i * max(d_i, floor) for r_i > 0, r_i
-otherwise: diversity scales quality, never a penalty.
+otherwise: diversity scales quality, never a penalty. With a request's `quality`
+(types.Group.quality) the engine runs this on the quality part only and adds the rest (a format
+term) back unchanged (MethodSpec.run): on picktwo-main's groups that alone leaves no right
+completion below a wrong one (EXPERIMENTS.md).
 
 **A completion that gives no answer gets no diversity credit: d = 0** (so the floor's
 `diversity_floor` share of a positive reward, the least any completion keeps). Before issue

@@ -28,6 +28,8 @@ Here (docs/methods.md, "Outcome-based exploration", says what we read and why):
   `"correct"` only completions whose reward reaches `success_threshold` (our variant, not the
   paper's). A completion with no answer (null) gets no term, counts for no baseline and is
   never counted.
+- With a request's `quality` (types.Group.quality) the term is the same (it is added, not a
+  scale); `apply_to="correct"` then tests the quality against `success_threshold`.
 """
 
 from __future__ import annotations
