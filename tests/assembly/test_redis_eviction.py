@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import time
 import uuid
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -198,7 +199,7 @@ def test_the_shipped_files_keep_state_and_cache_apart() -> None:
 
 
 def _member(gid: str, mid: str, reward: float, timeout_s: float) -> dict[str, Any]:
-    rng = np.random.default_rng(abs(hash((gid, mid))) % 2**32)
+    rng = np.random.default_rng(zlib.crc32(f"{gid}/{mid}".encode()))
     return {
         "group_id": gid, "member_id": mid, "group_size": G, "reward": reward,
         "embedding": rng.normal(size=8).tolist(), "method": "dra", "advantages": "grpo",
