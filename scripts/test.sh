@@ -3,7 +3,7 @@
 #   bash scripts/test.sh           # the whole suite (CI: .ci/run), the 25 slowest tests printed
 #   bash scripts/test.sh --fast    # every test not marked slow (no `reweighter serve` child,
 #                                  # Docker, vLLM, trainer run or fresh venv): about 3 minutes
-# Further arguments go to pytest (`bash scripts/test.sh --fast tests/unit -x`).
+# Further arguments go to pytest (`bash scripts/test.sh --fast tests/embedding -x`).
 # REWEIGHTER_SKIP_SETUP=1 skips the setup steps (for a .venv that is set up already).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -86,14 +86,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
 
 @pytest.fixture(autouse=True)
 def _models_in_setup(request: pytest.FixtureRequest) -> None:
-    """Models a module's tests use, loaded or built in setup: the bundled MiniLM of tests/unit
-    (test_embedding_support.bundled_encoder, loaded once per session), and the model of the
+    """Models a module's tests use, loaded or built in setup: the bundled MiniLM of
+    tests/embedding (support.bundled_encoder, loaded once per session), and the model of the
     trainer config a module names in `MODEL_CONFIG` (`_config_model`). Why: the first test of
     such a module loaded it inside its own call, which the guard above times, and on a loaded
-    machine that load alone passed the guard's limit. (Here, not in a tests/unit/conftest.py:
+    machine that load alone passed the guard's limit. (Here, not in a tests/embedding/conftest.py:
     another conftest module would shadow this one for the tests that import `conftest` by name.)"""
     if hasattr(request.module, "fresh_view") or hasattr(request.module, "bundled_encoder"):
-        from test_embedding_support import bundled_encoder
+        from embedding.support import bundled_encoder
 
         bundled_encoder()  # cached: only the first test of the session pays the load
     config = getattr(request.module, "MODEL_CONFIG", None)

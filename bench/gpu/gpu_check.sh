@@ -6,7 +6,7 @@
 # GPU_CHECK_BUDGET seconds (340: a step gets what is left; one that would get < 20 s is skipped),
 # continuing past a failed one, most important first:
 #   c) bench/bench_gpu_embed.py: tokens/s at 256-token inputs (the H100 target: >= 1M tokens/s)
-#   a) tests/unit/test_cuda.py (skipped without a GPU) and tests/unit/test_engine.py
+#   a) tests/embedding/test_cuda.py (skipped without a GPU) and tests/unit/test_engine.py
 #   b) bench/bench_methods.py --quick --device cuda
 #   d) the service outside-in: bench_first_contact.py (plain `reweighter serve`, no flags, as
 #      README documents it; the fairness probe short) and bench_service.py --quick (HTTP + gRPC)
@@ -99,13 +99,13 @@ if [ "$SMALL" = 1 ]; then
   FC_ARGS=(--runs 1 --n 32 --compile-wait 5)
   HOST_ARGS=(--n 64 --runs 1)
   LONG_ARGS=(--n 4 --runs 1)
-  TESTS=(tests/unit/test_cuda.py)
+  TESTS=(tests/embedding/test_cuda.py)
 else
   EMBED_ARGS=(--n 8192 --runs 2)
   FC_ARGS=(--runs 1 --n 512 --compile-wait 150 --fairness --huge-head-start 2 --fair-seconds 6)
   HOST_ARGS=(--n 1024 --runs 2)
   LONG_ARGS=(--n 512 --runs 2 --compile auto)
-  TESTS=(tests/unit/test_cuda.py tests/unit/test_engine.py tests/unit/test_compile_cache.py)
+  TESTS=(tests/embedding/test_cuda.py tests/unit/test_engine.py tests/embedding/test_compile_cache.py)
 fi
 
 # 0) the compiled encoder's package, built once by the child the service itself would start

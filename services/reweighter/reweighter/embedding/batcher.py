@@ -82,7 +82,7 @@ class SplitLanes:
     wake-up per request, from a thread of asyncio's shared executor), and it need not: the
     helper posts the pieces to the worker itself. Why two lanes: with one pool, a request of
     4 MB would hold a thread for a second or more and small requests behind it would wait
-    (the fairness probes, tests/unit/test_batcher.py); in their own lane they never do.
+    (the fairness probes, tests/embedding/test_batcher.py); in their own lane they never do.
     Threads start on first use and stop with `shutdown`."""
 
     def __init__(self, name: str, threads: int | None = None, large_chars: int = LARGE_SPLIT_CHARS):

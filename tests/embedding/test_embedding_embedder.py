@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_embedding_support import CountingEncoder, bundled_encoder, fresh_view
 
 from reweighter.config import Settings
 from reweighter.embedding import CachingEmbedder, LRUCache, TieredCache, build_embedder
 from reweighter.errors import InvalidInput
+
+from .support import CountingEncoder, bundled_encoder, fresh_view
 
 
 def test_identical_texts_reach_the_model_once() -> None:

@@ -14,13 +14,14 @@ from collections.abc import Sequence
 
 import numpy as np
 import pytest
-from test_embedding_support import CountingEncoder, bundled_encoder, fresh_view
 
 from reweighter.embedding import CachingEmbedder
 from reweighter.embedding.base import Encoder, Piece
 from reweighter.embedding.batcher import SplitLanes
 from reweighter.embedding.sentence_transformers import SentenceTransformerEncoder
 from reweighter.errors import NotReady, Overloaded
+
+from .support import CountingEncoder, bundled_encoder, fresh_view
 
 
 async def wait_for(cond, timeout: float = 30.0) -> None:
@@ -513,7 +514,7 @@ def test_split_lanes_stop_and_then_refuse() -> None:
 async def test_the_worker_keeps_each_requests_length_index_exact(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The policy reads each request's LengthIndex (plan.py); the worker keeps it as texts are
+    """The policy reads each request's LengthIndex (plan/index.py); the worker keeps it as texts are
     split and rounds take them. At every plan, each request's index is exactly a fresh one:
     texts shared between requests, texts of several windows, small rounds."""
     import reweighter.embedding.batcher as batcher_module

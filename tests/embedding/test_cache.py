@@ -10,10 +10,11 @@ import uuid
 import numpy as np
 import pytest
 import redis
-from test_embedding_support import CountingEncoder, bundled_encoder, fresh_view
 
 from reweighter.embedding import CachingEmbedder, LRUCache, RedisCache, TieredCache
 from reweighter.embedding.cache import cache_key
+
+from .support import CountingEncoder, bundled_encoder, fresh_view
 
 DIM = 384
 

@@ -9,10 +9,11 @@ import random
 import string
 
 import pytest
-from test_embedding_support import bundled_encoder
 
 from reweighter.embedding import ascii_ids
 from reweighter.embedding.ascii_ids import fast_tokenizer, plain, token_ids
+
+from .support import bundled_encoder
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,10 @@ import sys
 import numpy as np
 import pytest
 from sentence_transformers import SentenceTransformer
-from test_embedding_support import bundled_encoder, cosine_rows, fresh_view
 
 from reweighter.embedding.sentence_transformers import BUNDLED_MODEL_ID, SentenceTransformerEncoder
+
+from .support import bundled_encoder, cosine_rows, fresh_view
 
 SHORT = [
     "The answer is 42 because 6 times 7 is 42.",

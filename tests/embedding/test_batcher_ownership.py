@@ -14,11 +14,12 @@ import threading
 
 import numpy as np
 import pytest
-from test_embedding_support import bundled_encoder, fresh_view
 
 import reweighter.embedding.batcher as batcher_module
 from reweighter.embedding import CachingEmbedder
 from reweighter.embedding.batcher import SplitLanes
+
+from .support import bundled_encoder, fresh_view
 
 
 async def test_submit_registers_while_the_worker_is_planning(
