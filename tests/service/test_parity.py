@@ -38,10 +38,20 @@ def _requests() -> list[ReweightRequest]:
         ),
         ReweightRequest(groups=[emb_group], method="dra", params={"similarity_floor": None}),
         ReweightRequest(groups=[emb_group, text_group], method="none", advantages="grpo"),
+        # a group's quality (issue 49) beside a group without one
+        ReweightRequest(
+            groups=[
+                Group(rewards=[1.5, 2.0, 0.5, 2.0], embeddings=vecs.tolist(), id="quality",
+                      quality=[0.5, 1.0, -0.5, 1.0]),  # fmt: skip
+                text_group,
+            ],
+            method="dra",
+            advantages="grpo",
+        ),
     ]
 
 
-@pytest.mark.parametrize("index", range(5))
+@pytest.mark.parametrize("index", range(6))
 def test_http_grpc_and_in_process_agree(
     index: int,
     http: ReweighterClient,
