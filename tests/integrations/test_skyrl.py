@@ -114,6 +114,32 @@ def test_bad_outputs_name_the_field(http: ReweighterClient, tokenizer: Any) -> N
         reweight_generator_output({**out, "rewards": [[0.0, 1.0], [1.0]]}, http, str)
 
 
+def test_quality_goes_with_the_groups(http: ReweighterClient, tokenizer: Any) -> None:
+    """A generator that adds a `quality` entry (the verifier's correctness part of each
+    reward): the groups carry it, so the answer is the service's for (rewards, quality)."""
+    out = make_output(tokenizer, prompts=2, n=4)
+    quality = [r - 0.25 for r in out["rewards"]]  # the rest: a format term 0.25 each
+    out["quality"] = quality
+    decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=True)  # noqa: E731
+    new = reweight_generator_output(out, http, decode)
+    keys = [t.instance_id for t in out["trajectory_ids"]]
+    order = list(dict.fromkeys(keys))
+    reps = [t.repetition_id for t in out["trajectory_ids"]]
+    want = [0.0] * len(keys)
+    for g in order:
+        idx = sorted((i for i, k in enumerate(keys) if k == g), key=lambda i: reps[i])
+        res = http.reweight(ReweightRequest(groups=[Group(
+            rewards=[out["rewards"][i] for i in idx], quality=[quality[i] for i in idx],
+            completions=[decode(out["response_ids"][i]) for i in idx])]))  # fmt: skip
+        for i, r in zip(idx, res.groups[0].rewards, strict=True):
+            want[i] = r
+    assert new["rewards"] == pytest.approx(want, abs=1e-6)
+    without = reweight_generator_output({**out, "quality": None}, http, decode)
+    assert new["rewards"] != pytest.approx(without["rewards"], abs=1e-6)
+    with pytest.raises(ValueError, match="quality: 1 given for 8 responses"):
+        reweight_generator_output(out, http, decode, quality=[1.0])
+
+
 def bare_trainer(cls: type, tokenizer: Any, step_wise: bool = False) -> Any:
     """A SkyRL trainer made without __init__ (which starts Ray workers), with SkyRL's own typed
     config: its postprocess_generator_output reads only cfg, tokenizer and all_metrics."""

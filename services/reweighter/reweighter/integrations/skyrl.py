@@ -45,12 +45,16 @@ def reweight_generator_output(
     params: Mapping[str, Any] | None = None,
     answers: Sequence[str | None] | None = None,
     step: int | None = None,
+    quality: Sequence[float] | None = None,
 ) -> dict[str, Any]:
     """A copy of a SkyRL `GeneratorOutput` whose response-level `rewards` are reweighted.
 
     `answers` (one per response: its extracted final answer, or None) default to the output's
     `"answers"` entry when a custom generator adds one; the prompt key is the trajectory's
-    `instance_id`; `step` is the trainer's global step (the mixin passes it).
+    `instance_id`; `step` is the trainer's global step (the mixin passes it). `quality` (one
+    per response: the quality part of its reward, e.g. the verifier's correctness term)
+    defaults to the output's `"quality"` entry, likewise: the method then reweights only that
+    part and adds the rest back unchanged (docs/methods.md, "Quality apart from the rest").
 
     Groups are `trajectory_ids[i].instance_id`; the text embedded is `decode(response_ids[i])`.
     In step-wise mode only the last step of each trajectory (`is_last_step`) carries the
@@ -70,6 +74,9 @@ def reweight_generator_output(
     if given is not None and len(given) != len(rewards):
         raise ValueError(f"answers: {len(given)} given for {len(rewards)} responses")
     picked_answers = None if given is None else [answer_or_none(given[i]) for i in picked]
+    q = quality if quality is not None else generator_output.get("quality")
+    if q is not None and len(q) != len(rewards):
+        raise ValueError(f"quality: {len(q)} given for {len(rewards)} responses")
     out = reweight_by_key(
         backend,
         [trajectory_ids[i].instance_id for i in picked],
@@ -81,6 +88,7 @@ def reweight_generator_output(
         answers=picked_answers,
         prompt_keys=[str(trajectory_ids[i].instance_id) for i in picked],
         step=step,
+        quality=None if q is None else [float(q[i]) for i in picked],
     )
     new_rewards: list[float] = [float(r) for r in rewards]
     for i, r in zip(picked, out.rewards, strict=True):
