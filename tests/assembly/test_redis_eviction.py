@@ -374,3 +374,43 @@ def test_a_full_state_redis_is_a_503(deployment: tuple[Servers, BackgroundServic
     r = httpx.post(f"{url}/v1/reweight", json=memory, timeout=30)
     assert r.status_code == 503, r.text
     assert r.json()["error"]["type"] == "MemoryUnavailable", r.text
+
+
+@pytest.mark.parametrize(
+    ("wiring", "warned"),
+    [
+        pytest.param(compose_wiring(), False, id="docker-compose.yml"),
+        pytest.param(k8s_wiring(), False, id="k8s-base"),
+        pytest.param(old_wiring(), True, id="old"),
+    ],
+)
+def test_a_state_redis_that_evicts_is_warned_about(
+    wiring: Wiring, warned: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The one-Redis setup (REWEIGHTER_CACHE_REDIS_URL unset) with an evicting policy is the
+    old risk: the assembly store says so once at start, where the operator looks."""
+    from reweighter.assembly import make_store
+
+    servers = Servers(wiring).start()
+    try:
+
+        async def start_and_stop() -> None:
+            store = make_store(settings(redis_url=servers.urls[wiring.state]))
+            await store.start(lambda gid, rnd: None)
+            # the check runs first in the store's listener, before it subscribes: subscribed,
+            # it has run
+            probe = servers.client(wiring.state)
+            deadline = time.monotonic() + 10
+            while not dict(probe.pubsub_numsub(store.channel)).get(store.channel.encode()):
+                assert time.monotonic() < deadline, "the assembly store never subscribed"
+                await asyncio.sleep(0.02)
+            await store.aclose()
+
+        with caplog.at_level("WARNING", logger="reweighter.redis_client"):
+            asyncio.run(start_and_stop())
+    finally:
+        servers.stop()
+    said = [r.getMessage() for r in caplog.records if "maxmemory-policy" in r.getMessage()]
+    assert bool(said) == warned, said
+    if warned:
+        assert "allkeys-lru" in said[0] and "REWEIGHTER_CACHE_REDIS_URL" in said[0]

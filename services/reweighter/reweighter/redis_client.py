@@ -14,16 +14,25 @@ The defaults, and why:
   Waiting for a connection has no timeout of its own: every call holding one ends within the
   socket timeout.
 
+`warn_if_evicting`: a Redis that holds state (group assembly, the answer memory) must not evict
+it, and Redis evicts per instance, so a state Redis with `maxmemory` and any policy but
+`noeviction` (an `allkeys-lru` meant for the cache, or `volatile-*`: the state keys carry TTLs)
+is said once, as a WARNING, where the operator looks (docs/operations.md, "Redis: state and
+cache").
+
 redis-py is imported on first use: the light client never needs it.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import redis
     import redis.asyncio
+
+log = logging.getLogger(__name__)
 
 SOCKET_TIMEOUT_S = 2.0
 """Seconds to connect, and to wait for each reply."""
@@ -77,4 +86,24 @@ def async_client(
     return aioredis.Redis.from_pool(pool)
 
 
-__all__ = ["MAX_CONNECTIONS", "SOCKET_TIMEOUT_S", "async_client", "sync_client"]
+async def warn_if_evicting(client: redis.asyncio.Redis, what: str) -> str | None:
+    """Warn when the Redis behind `client`, which holds `what` (state), may evict it; returns its
+    `maxmemory_policy` ("" without a maxmemory: nothing is evicted), None when it did not answer
+    (the calls that need it will say so)."""
+    try:
+        info = await client.info("memory")
+    except Exception:
+        return None
+    policy = str(info.get("maxmemory_policy", "")) if int(info.get("maxmemory", 0)) else ""
+    if policy and policy != "noeviction":
+        log.warning(
+            "the Redis that holds %s runs maxmemory-policy %s: when full it evicts that state "
+            "(members then wait out their timeout); give it noeviction and the embedding cache "
+            "a Redis of its own (REWEIGHTER_CACHE_REDIS_URL; docs/operations.md)",
+            what,
+            policy,
+        )
+    return policy
+
+
+__all__ = ["MAX_CONNECTIONS", "SOCKET_TIMEOUT_S", "async_client", "sync_client", "warn_if_evicting"]

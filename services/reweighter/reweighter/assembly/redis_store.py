@@ -25,7 +25,7 @@ from typing import Any
 
 from ..errors import StoreUnavailable
 from ..limits import AssemblyLimits
-from ..redis_client import SOCKET_TIMEOUT_S, async_client
+from ..redis_client import SOCKET_TIMEOUT_S, async_client, warn_if_evicting
 from .machine import AddOutcome, Arrival, outcome
 from .records import GroupMeta, MemberRecord, OpenRound, RoundResult
 from .store import AssemblyStore, OnDone, stop_if_cancelled
@@ -267,6 +267,7 @@ class RedisStore(AssemblyStore):
     async def _listen(self, on_done: OnDone) -> None:
         """Deliver answered rounds; reconnect with backoff after an outage (waiters poll
         meanwhile, so a message lost while disconnected only costs a poll interval)."""
+        await warn_if_evicting(self._redis, "group assembly and the answer memory")  # once
         delay = 0.1
         while True:
             pubsub = self._redis.pubsub()
