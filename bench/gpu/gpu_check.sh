@@ -6,7 +6,7 @@
 # GPU_CHECK_BUDGET seconds (340: a step gets what is left; one that would get < 20 s is skipped),
 # continuing past a failed one, most important first:
 #   c) bench/bench_gpu_embed.py: tokens/s at 256-token inputs (the H100 target: >= 1M tokens/s)
-#   a) tests/embedding/test_cuda.py (skipped without a GPU) and tests/unit/test_engine.py
+#   a) tests/embedding/test_cuda.py (skipped without a GPU) and tests/engine/test_engine.py
 #   b) bench/bench_methods.py --quick --device cuda
 #   d) the service outside-in: bench_first_contact.py (plain `reweighter serve`, no flags, as
 #      README documents it; the fairness probe short) and bench_service.py --quick (HTTP + gRPC)
@@ -105,7 +105,7 @@ else
   FC_ARGS=(--runs 1 --n 512 --compile-wait 150 --fairness --huge-head-start 2 --fair-seconds 6)
   HOST_ARGS=(--n 1024 --runs 2)
   LONG_ARGS=(--n 512 --runs 2 --compile auto)
-  TESTS=(tests/embedding/test_cuda.py tests/unit/test_engine.py tests/embedding/test_compile_cache.py)
+  TESTS=(tests/embedding/test_cuda.py tests/engine/test_engine.py tests/embedding/test_compile_cache.py)
 fi
 
 # 0) the compiled encoder's package, built once by the child the service itself would start

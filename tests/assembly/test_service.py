@@ -350,7 +350,7 @@ async def _collect(stream) -> list:
 
 def test_member_answers_reach_darling_across_replicas(replicas: list[BackgroundService]) -> None:
     """Members carry `answer` on both transports; the assembled group is reweighted by darling
-    with those answers as its classes (the hand case of tests/unit/test_methods_classes.py)."""
+    with those answers as its classes (the hand case of tests/methods/test_methods_classes.py)."""
     gid = f"darling-{uuid.uuid4().hex}"
     answers = ["4", "4", "5", None]
     rewards = [1.0, 1.0, 0.5, 0.0]

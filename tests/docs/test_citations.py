@@ -1,5 +1,5 @@
 """What the docs and docstrings cite exists: a file path (`assembly/openrlhf.py`,
-`tests/unit/test_plan.py`, a folder `tests/service/`) names a file or folder of the repository,
+`tests/embedding/test_plan.py`, a folder `tests/service/`) names a file or folder of the repository,
 and a dotted name of the package (`reweighter.client.connect`) imports. A path is resolved as
 written from the repository root, or as the tail of a tracked path (`records.py`,
 `assembly/records.py`): a renamed or moved file fails here until its citations follow."""

@@ -6,7 +6,7 @@ rewards after reweighting) and a parameter model (`advantage_params`). Adding on
 recipe docs/methods.md gives: its module (the kernel and its formula's docstring), its
 parameter model in params.py, one entry here, and its row in docs/methods.md's estimator table;
 the engine's checks, /v1/info, the assembly's raw answers and `reweighter offline`'s flags
-follow from the entry (tests/unit/test_estimators.py adds one and holds each place to it).
+follow from the entry (tests/methods/test_estimators.py adds one and holds each place to it).
 
 Importing this module imports no torch: kernels and models load on first use.
 """

@@ -14,7 +14,7 @@ answers that leave out a None, a field carried in the URL path). From that one d
 
 Add a field to a message: declare it in the dataclass (`wire("what it is", default)`) and in
 proto/reweighter/v1/reweighter.proto under the same name, then `python scripts/gen_proto.py`.
-tests/unit/test_wire.py holds the proto, the dataclasses and the HTTP models to each other,
+tests/wire/test_wire.py holds the proto, the dataclasses and the HTTP models to each other,
 field by field, and every message to a round trip through each form.
 
 This package sits below both `api` and `client` (the layer contract in pyproject.toml), so the
