@@ -10,6 +10,7 @@ check after 3 s; the target is p100 < 1 s and RSS growth < 300 MB.
 
     .venv/bin/python bench/bench_health_flood.py                      # the figures
     .venv/bin/python bench/bench_health_flood.py --members 4000 --connections 400
+    .venv/bin/python bench/bench_health_flood.py --service-code /tmp/base   # another checkout
 
 Prints a markdown table (with the machine and its load average); writes
 bench/out/health_flood.json (or --out). tests/assembly/test_health_flood.py runs it smaller.
@@ -30,6 +31,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_service import _pct, start_service  # noqa: E402
+
+from reweighter.launch import serve  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "out"
 
@@ -122,8 +125,19 @@ def main() -> None:
     ap.add_argument("--connections", type=int, default=1_000)
     ap.add_argument("--timeout-s", type=float, default=2.0)
     ap.add_argument("--out", type=Path, default=OUT / "health_flood.json")
+    ap.add_argument(
+        "--service-code",
+        default="",
+        help="run the service from this checkout's services/reweighter "
+        "(PYTHONPATH), e.g. a worktree of main before a change, for a before/after",
+    )
     args = ap.parse_args()
-    served = start_service("--compile", "off")
+    if args.service_code:  # the same command, another checkout's package first on the path
+        env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+        env["PYTHONPATH"] = str(Path(args.service_code).resolve() / "services" / "reweighter")
+        served = serve("--compile", "off", env=env, timeout=300)
+    else:
+        served = start_service("--compile", "off")
     try:
         port = served.http_port
         baseline, _ = probe_during(port, 5.0)

@@ -132,6 +132,8 @@ class GroupAssembler:
             max_timeout_s=s.assembly_max_timeout_s,
         )
         m = encode(checked)
+        del checked  # the member waits as its records (machine.Member), not its parsed request
+        reuse_ids = sub.reuse_ids
         if self.waiting >= s.assembly_max_held_members:
             raise Overloaded(f"{self.waiting} members are already waiting here; retry later")
         share = tenant_share(s.assembly_max_held_members)
@@ -153,7 +155,7 @@ class GroupAssembler:
                 field="assembly_max_open_groups",
             )
         try:
-            return await join(self._ctx, m, sub.reuse_ids)
+            return await join(self._ctx, m, reuse_ids)
         except (Conflict, PreconditionFailed) as e:  # round.conflict's 409s, and Full's
             self.stats.refused(e)
             raise

@@ -22,6 +22,7 @@ field that does not fit) is its round's business: round.py.
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal
@@ -191,32 +192,34 @@ def outcome(name: str, rnd: int, count: int, value: str) -> tuple[Rule, AddOutco
 # -- the member as the rules read it ----------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Member:
-    """A checked member and its records as the stores keep them."""
+    """A checked member and its records as the stores keep them: what its wait needs and no
+    more (issue 51: the parsed request, its params models and its array are not held while it
+    waits; its text or vector is held once, in `record`)."""
 
-    checked: CheckedMember
+    gid: str
+    """The group id as its sender named it (in messages and answers)."""
+    mid: str
+    group_size: int
+    timeout_s: float
+    """Its wait: the member's own, or the default, capped (CheckedMember.timeout_s)."""
     meta: GroupMeta
-    """Its round's meta: what every member must share."""
+    """Its round's meta: what every member must share (one object for equal metas: `_meta`)."""
     record: MemberRecord
-    """Compared by digest on a retry."""
+    """Compared by digest on a retry; its reward is the member's raw reward."""
     tenant: str = DEFAULT_TENANT
     """Whose member it is: its group lives in that tenant's namespace of the store."""
-
-    @property
-    def gid(self) -> str:
-        """The group id as its sender named it (in messages and answers)."""
-        return self.checked.group_id
 
     @property
     def key(self) -> str:
         """The group's key in the store: the id in its tenant's namespace, so two tenants
         using one group id never meet (reweighter.tenancy.scoped)."""
-        return scoped(self.checked.group_id, self.tenant)
+        return scoped(self.gid, self.tenant)
 
     @property
-    def mid(self) -> str:
-        return self.checked.member_id
+    def reward(self) -> float:
+        return self.record.reward
 
 
 def _stored(value: Any) -> Any:
@@ -250,9 +253,30 @@ def encode(c: CheckedMember, tenant: str | None = None) -> Member:
     else:
         assert c.embedding is not None
         value, kind, dim = c.embedding.tolist(), "embedding", int(c.embedding.shape[0])
-    meta = GroupMeta(**{name: _stored(getattr(c, name)) for name in SHARED}, input=kind, dim=dim)
+    meta = _meta({name: _stored(getattr(c, name)) for name in SHARED}, kind, dim)
     record = MemberRecord(reward=c.reward, digests=digests, value=value, answer=c.answer)
-    return Member(c, meta, record, current_tenant() if tenant is None else tenant)
+    owner = current_tenant() if tenant is None else tenant
+    return Member(c.group_id, c.member_id, c.group_size, c.timeout_s, meta, record, owner)
+
+
+_METAS: dict[str, GroupMeta] = {}
+_METAS_MAX = 4096
+"""Metas built lately, by their canonical JSON: members of one job share their settings, so
+the waiting members, open rounds and kept results of thousands of groups hold one GroupMeta
+(about 1.4 KB each) instead of one each (issue 51). Frozen models, compared by value: sharing
+one changes no answer. Bounded; emptied when full (a job's few metas come back at once)."""
+
+
+def _meta(
+    shared: dict[str, Any], kind: Literal["completion", "embedding"], dim: int | None
+) -> GroupMeta:
+    key = json.dumps([shared, kind, dim], sort_keys=True, separators=(",", ":"), default=repr)
+    meta = _METAS.get(key)
+    if meta is None:
+        if len(_METAS) >= _METAS_MAX:
+            _METAS.clear()
+        meta = _METAS[key] = GroupMeta(**shared, input=kind, dim=dim)
+    return meta
 
 
 __all__ = [

@@ -137,9 +137,9 @@ async def bounded(store: AssemblyStore, awaitable: Awaitable[T], deadline: float
 async def join(ctx: Context, m: Member, reuse_ids: bool) -> MemberResult:
     """Add m to its group's round and answer it from that round: the store's outcomes
     (machine.AddOutcome), matched in this one place."""
-    store, size = ctx.store, m.checked.group_size
-    deadline = asyncio.get_running_loop().time() + m.checked.timeout_s
-    ttl = m.checked.timeout_s + GRACE_S + _OPEN_MARGIN_S
+    store, size = ctx.store, m.group_size
+    deadline = asyncio.get_running_loop().time() + m.timeout_s
+    ttl = m.timeout_s + GRACE_S + _OPEN_MARGIN_S
     after, seen = -1, None
     while True:  # at most three calls: its own answered round, the latest, the open one
         add = store.add(m.key, m.mid, m.meta, m.record, size, ttl, after)
@@ -182,11 +182,19 @@ def _late(ctx: Context, m: Member, result: RoundResult, rnd: int) -> None:
 
 
 class Round:
-    """Round `rnd` of group `gid` (of `size` members) on this replica."""
+    """Round `rnd` of group `gid` (of `size` members) on this replica.
+
+    What it holds is per round, not per member (issue 51: a flood of one-member groups makes
+    every round's bytes a member's): slots, and the watcher's wake is a flag and a future made
+    only while it sleeps (an asyncio.Event carries a deque of its own)."""
+
+    __slots__ = ("_sleep", "_woken", "ctx", "done", "gid", "local", "rnd", "size", "task",
+                 "waiters")  # fmt: skip
 
     def __init__(self, ctx: Context, gid: str, rnd: int, size: int) -> None:
         self.ctx, self.gid, self.rnd, self.size = ctx, gid, rnd, size
-        self.event = asyncio.Event()
+        self._woken = False  # woken since the watcher last looked
+        self._sleep: asyncio.Future[None] | None = None  # the watcher's, while it sleeps
         self.done: asyncio.Future[RoundResult] = asyncio.get_running_loop().create_future()
         self.waiters = 0
         self.local: dict[str, float] = {}  # member -> raw reward, of those that waited here
@@ -198,13 +206,15 @@ class Round:
         key = (m.key, rnd)
         found = ctx.rounds.get(key)
         if found is None:
-            found = ctx.rounds[key] = cls(ctx, m.key, rnd, m.checked.group_size)
+            found = ctx.rounds[key] = cls(ctx, m.key, rnd, m.group_size)
             ctx.open_by[m.tenant] = ctx.open_by.get(m.tenant, 0) + 1
         return found
 
     def wake(self) -> None:
         """The store says this round may have a result (pub/sub, or this replica's compute)."""
-        self.event.set()
+        self._woken = True
+        if self._sleep is not None and not self._sleep.done():
+            self._sleep.set_result(None)
 
     def close(self, error: Exception) -> None:
         """Answer every waiter with `error`; stop watching."""
@@ -219,7 +229,7 @@ class Round:
         this one was added."""
         self._enter(m)
         if count >= self.size:
-            self.event.set()
+            self.wake()
         try:
             result: RoundResult | None = None
             try:  # asyncio.timeout, not wait_for: no task per waiter (3.11)
@@ -240,7 +250,7 @@ class Round:
         ctx.waiting += 1
         ctx.waiting_by[m.tenant] = ctx.waiting_by.get(m.tenant, 0) + 1
         self.waiters += 1
-        self.local[m.mid] = m.checked.reward
+        self.local[m.mid] = m.reward
 
     def _leave(self, m: Member) -> None:
         """m waits here no more; the round's last waiter here takes it off the replica's."""
@@ -274,7 +284,7 @@ class Round:
         store = self.ctx.store
         delay, retry = 0.05, False
         while True:
-            self.event.clear()
+            self._woken = False
             try:
                 async with asyncio.timeout(5.0):
                     result, count = await store.poll(self.gid, self.rnd)
@@ -299,10 +309,15 @@ class Round:
                 (log.debug if retry else log.warning)("assembly of %r: %r; retrying", self.gid, e)
                 retry = True
             wait = delay if (store.polling or retry) else None
+            if self._woken:  # woken while it looked: look again
+                continue
+            self._sleep = asyncio.get_running_loop().create_future()
             try:
-                await asyncio.wait_for(self.event.wait(), wait)
+                await asyncio.wait_for(self._sleep, wait)
             except TimeoutError:
                 delay = min(delay * 2, _POLL_MAX_S)
+            finally:
+                self._sleep = None
 
     async def _compute_once(self) -> RoundResult | None:
         """Reweight the round unless another replica has claimed it; survives our waiters
@@ -394,15 +409,15 @@ class Round:
         self, m: Member, present: dict[str, float], reason: MemberReason
     ) -> MemberResult:
         """This member alone answered raw, over the members `present` (not stored)."""
-        present[m.mid] = m.checked.reward  # present even if its round expired meanwhile
+        present[m.mid] = m.reward  # present even if its round expired meanwhile
         ids = sorted(present)
         adv = raw_advantages([present[i] for i in ids], m.meta.advantages, m.meta.advantage_params)
         self.ctx.stats.timeouts += 1
         return MemberResult(
             group_id=m.gid,
             member_id=m.mid,
-            reward=m.checked.reward,
-            raw_reward=m.checked.reward,
+            reward=m.reward,
+            raw_reward=m.reward,
             advantage=adv[ids.index(m.mid)] if adv is not None else None,
             complete=False,
             reason=reason,
