@@ -8,8 +8,8 @@ holds the totals, in process, on the in-process store, for the flood's member (a
 embedding): a member waiting (its round, its wait, its records, its submit's task) and a
 member answered (its round's result, kept). Measured here with 2600351: 6.4 KB waiting and
 2.6 KB kept; with the commit before it, 10.1 KB and 4.0 KB (each round its own GroupMeta, an
-asyncio.Event per round, the parsed member held through the wait): this test failed there. The bounds leave room for the interpreter,
-not for a second copy of a member.
+asyncio.Event per round, the parsed member held through the wait): this test failed there.
+The bounds leave room for the interpreter, not for a second copy of a member.
 """
 
 from __future__ import annotations
