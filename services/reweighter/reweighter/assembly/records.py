@@ -43,10 +43,25 @@ PAYLOAD = member_fields("payload")
 """The member fields that are its own values: its reward, and what `digests` covers."""
 
 
+_GIVEN: dict[frozenset[str], set[str]] = {}
+"""One `__pydantic_fields_set__` per distinct set of given fields, shared by the records that
+have it (see `_Record.model_post_init`)."""
+
+
 class _Record(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     v: int = SCHEMA_VERSION
+
+    def model_post_init(self, context: Any, /) -> None:
+        """Share the set of fields given (pydantic keeps one per instance: 730 B of a short
+        round's 1.5 KB result kept `assembly_result_ttl_s`, 220 B of a waiting member's record;
+        issue 51). Records are frozen, so nothing changes it in place; `model_copy` copies it
+        before an update. dump() writes every field, whichever were given."""
+        given = self.__pydantic_fields_set__
+        shared = _GIVEN.setdefault(frozenset(given), given)
+        if shared is not given:
+            object.__setattr__(self, "__pydantic_fields_set__", shared)
 
     def dump(self) -> str:
         return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
