@@ -137,8 +137,11 @@ async def _assembler(n: int, dim: int, chars: int, frames: int) -> dict[str, dic
     kept = len(asm.store._results)  # type: ignore[attr-defined]
     tracemalloc.stop()
     await asm.aclose()
-    assert kept >= n, f"{kept} results kept: rounds expired before their deadline (a slow loop?)"
-    return {"waiting": _attribute(s0, s1, n), "answered_kept": _attribute(s0, s2, n)}
+    out = {"waiting": _attribute(s0, s1, n), "answered_kept": _attribute(s0, s2, n)}
+    if kept < n:  # a snapshot blocked the loop past the rounds' expiry: raw answers, not kept
+        print(f"note: {kept} of {n} results kept; the kept figures are not a member's")
+        out.pop("answered_kept")
+    return out
 
 
 # -- layer 2: the service over HTTP ------------------------------------------------------------
@@ -242,8 +245,9 @@ def main() -> None:
         r = asyncio.run(_assembler(args.members, args.dim, args.chars, args.frames))
         results["assembler"] = r
         print(_table(f"assembler, waiting ({payload})", r["waiting"], args.top))
-        print(_table(f"assembler, answered short, result kept ({payload})", r["answered_kept"],
-                     args.top))  # fmt: skip
+        if "answered_kept" in r:
+            print(_table(f"assembler, answered short, result kept ({payload})",
+                         r["answered_kept"], args.top))  # fmt: skip
     if args.layer in ("http", "both"):
         r = asyncio.run(_http(args.members, args.dim, args.chars, args.frames))
         results["http"] = r

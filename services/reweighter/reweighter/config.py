@@ -140,7 +140,11 @@ class Settings(BaseSettings):
     )
     assembly_max_open_groups: int = Field(16384, description="open groups before 429")
     assembly_max_held_members: int = Field(
-        262144, description="members held in open groups (and waiting here) before 429"
+        262144,
+        description="members held in open groups (and waiting here) before 429; each costs "
+        "about 6.5 KB of this process's memory plus its text (or 32 B per embedding dimension), "
+        "and about 26 KB more while it waits over HTTP: the default is about 1.7 GB before texts "
+        "(docs/operations.md, sizing assembly_max_held_members)",
     )
     memory_ttl_s: float = Field(
         30 * 24 * 3600.0,
