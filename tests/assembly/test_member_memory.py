@@ -6,9 +6,10 @@ short is kept `assembly_result_ttl_s` for retries, so a member's bytes are the s
 growth. bench/bench_member_memory.py attributes them line by line (tracemalloc); this test
 holds the totals, in process, on the in-process store, for the flood's member (a 2-d
 embedding): a member waiting (its round, its wait, its records, its submit's task) and a
-member answered (its round's result, kept). Measured here with 2600351: 6.4 KB waiting and
-2.6 KB kept; with the commit before it, 10.1 KB and 4.0 KB (each round its own GroupMeta, an
-asyncio.Event per round, the parsed member held through the wait): this test failed there.
+member answered (its round's result, kept). Measured here: 5.7 KB waiting and 1.8 KB kept;
+with the commit before 2600351, 10.1 KB and 4.0 KB (each round its own GroupMeta, an
+asyncio.Event per round, a shield per waiter, the parsed member held through the wait, a set
+of given fields per record): this test failed there.
 The bounds leave room for the interpreter, not for a second copy of a member.
 """
 
@@ -25,10 +26,10 @@ from reweighter.limits import AssemblyLimits
 from .conftest import settings
 
 N = 400
-WAITING_BYTES = 8_000
-"""Per waiting member of a one-member group (measured 6.4 KB; 10.1 KB before)."""
-KEPT_BYTES = 3_000
-"""Per member answered short, its round's result kept (measured 2.6 KB; 4.0 KB before)."""
+WAITING_BYTES = 7_500
+"""Per waiting member of a one-member group (measured 5.7 KB; 10.1 KB before)."""
+KEPT_BYTES = 2_500
+"""Per member answered short, its round's result kept (measured 1.8 KB; 4.0 KB before)."""
 
 
 def _traced() -> int:

@@ -186,16 +186,19 @@ class Round:
 
     What it holds is per round, not per member (issue 51: a flood of one-member groups makes
     every round's bytes a member's): slots, and the watcher's wake is a flag and a future made
-    only while it sleeps (an asyncio.Event carries a deque of its own)."""
+    only while it sleeps (an asyncio.Event carries a deque of its own); a member waits on a
+    future of its own that the round's `done` sets (`_settled`), not a shield of `done`."""
 
-    __slots__ = ("_sleep", "_woken", "ctx", "done", "gid", "local", "rnd", "size", "task",
-                 "waiters")  # fmt: skip
+    __slots__ = ("_sleep", "_waits", "_woken", "ctx", "done", "gid", "local", "rnd", "size",
+                 "task", "waiters")  # fmt: skip
 
     def __init__(self, ctx: Context, gid: str, rnd: int, size: int) -> None:
         self.ctx, self.gid, self.rnd, self.size = ctx, gid, rnd, size
         self._woken = False  # woken since the watcher last looked
         self._sleep: asyncio.Future[None] | None = None  # the watcher's, while it sleeps
         self.done: asyncio.Future[RoundResult] = asyncio.get_running_loop().create_future()
+        self.done.add_done_callback(self._settled)
+        self._waits: list[asyncio.Future[RoundResult]] = []  # one per member waiting here
         self.waiters = 0
         self.local: dict[str, float] = {}  # member -> raw reward, of those that waited here
         self.task = asyncio.create_task(self._watch(), name=f"asm:{gid}")
@@ -209,6 +212,19 @@ class Round:
             found = ctx.rounds[key] = cls(ctx, m.key, rnd, m.group_size)
             ctx.open_by[m.tenant] = ctx.open_by.get(m.tenant, 0) + 1
         return found
+
+    def _settled(self, done: asyncio.Future[RoundResult]) -> None:
+        """The round's result, or its error, reaches every member waiting on it."""
+        error = None if done.cancelled() else done.exception()
+        for mine in self._waits:
+            if mine.done():
+                continue
+            if done.cancelled():
+                mine.cancel()
+            elif error is not None:
+                mine.set_exception(error)
+            else:
+                mine.set_result(done.result())
 
     def wake(self) -> None:
         """The store says this round may have a result (pub/sub, or this replica's compute)."""
@@ -232,11 +248,18 @@ class Round:
             self.wake()
         try:
             result: RoundResult | None = None
-            try:  # asyncio.timeout, not wait_for: no task per waiter (3.11)
-                async with asyncio.timeout_at(deadline):
-                    result = await asyncio.shield(self.done)
-            except TimeoutError:
-                pass
+            if self.done.done():
+                result = self.done.result()
+            else:  # a future of its own, set by `_settled`: no shield (two callbacks) per waiter
+                mine = self.done.get_loop().create_future()
+                self._waits.append(mine)
+                try:  # asyncio.timeout, not wait_for: no task per waiter (3.11)
+                    async with asyncio.timeout_at(deadline):
+                        result = await mine
+                except TimeoutError:
+                    pass
+                finally:
+                    self._waits.remove(mine)
             await self.ctx.pace.turn()
             if result is None:
                 return await self._at_deadline(m, deadline + GRACE_S)
