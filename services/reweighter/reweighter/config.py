@@ -143,7 +143,7 @@ class Settings(BaseSettings):
         262144,
         description="members held in open groups (and waiting here) before 429; each costs "
         "about 6.5 KB of this process's memory plus its text (or 32 B per embedding dimension), "
-        "and about 26 KB more while it waits over HTTP: the default is about 1.7 GB before texts "
+        "and about 27 KB more while it waits over HTTP: the default is about 1.7 GB before texts "
         "(docs/operations.md, sizing assembly_max_held_members)",
     )
     memory_ttl_s: float = Field(
