@@ -27,10 +27,12 @@ from fastapi import APIRouter, FastAPI
 from fastapi.encoders import jsonable_encoder
 from fastapi.routing import APIRoute, iter_route_contexts
 from pydantic import BaseModel, TypeAdapter, ValidationError
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
+from starlette.types import Receive
 
 from ...tenancy import DEADLINE_HEADER
+from .admission import replay
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 
@@ -87,7 +89,7 @@ class EdgeRoute(APIRoute):
             kwargs: dict[str, Any] = {}
             if body is not None:
                 assert model is not None
-                raw = await request.body()
+                raw = await read_body(request.receive)  # not cached on the Request
                 parsed = None
                 if raw and json_content(request.headers.get("content-type")):
                     try:
@@ -95,8 +97,12 @@ class EdgeRoute(APIRoute):
                     except ValidationError:
                         parsed = None
                 if parsed is None:  # refused or not JSON: FastAPI answers it, in its words
-                    return await fastapi_handler(request)
+                    again = Request(request.scope, replay(raw, request.receive))
+                    return await fastapi_handler(again)
                 kwargs[body.name] = parsed
+                # The model holds what the endpoint needs; the bytes are not kept while it
+                # waits (a member waits for its group: its text would be held twice).
+                del raw
             for name in path_names:
                 kwargs[name] = request.path_params[name]
             if request_name is not None:
@@ -104,6 +110,19 @@ class EdgeRoute(APIRoute):
             return render(await call(**kwargs))
 
         return handle
+
+
+async def read_body(receive: Receive) -> bytes:
+    """The request's whole body off `receive` (Starlette's `Request.body()` would also keep it
+    on the Request for as long as the request lives)."""
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            raise ClientDisconnect()
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks)
 
 
 def _renderer(response_model: Any) -> Callable[[Any], Response]:
