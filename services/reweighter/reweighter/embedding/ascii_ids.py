@@ -20,7 +20,8 @@ When exact, term by term, for a text of printable ASCII and \\t \\n \\r:
   spaces, so a tokenizer with such an added token gets no fast path.
 
 Anything else (another normalizer, a normalized added token) keeps the full tokenizer for every
-text: `fast_tokenizer` returns None. tests/embedding/test_ascii_ids.py holds the two to the same ids.
+text: `fast_tokenizer` returns None. tests/embedding/test_ascii_ids.py holds the two to the same
+ids.
 
 **Words remembered (`WordIds`).** Even the lowercase-only copy spends ~0.7 us a token, most of
 it on work that repeats: completions of one task reuse their words ("the", "step", "=", "so"),
