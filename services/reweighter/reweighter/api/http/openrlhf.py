@@ -222,9 +222,12 @@ class OpenRLHFRoute:
 
     async def reward(self, body: OpenRLHFRewardIn, request: Request) -> OpenRLHFRewardOut:
         """The endpoint: every sample of the request, answered together."""
-        how = _method_of(request.query_params, self.method)
-        with self.metrics.track("http", "openrlhf", how[0]):
-            size = _group_size(request.query_params.get("n"), self.settings.n)
+        query = request.query_params
+        # counted and timed like any call, a refused method or parameter too (the label is the
+        # catalogue's name, or "other": reweighter.api.metrics.method_label)
+        with self.metrics.track("http", "openrlhf", query.get("method") or self.method):
+            how = _method_of(query, self.method)
+            size = _group_size(query.get("n"), self.settings.n)
             labels = body.labels if body.labels is not None else [None] * len(body.query)
             if not len(body.query) == len(body.prompts) == len(labels):
                 raise InvalidInput(
