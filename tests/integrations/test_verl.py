@@ -16,6 +16,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 
@@ -299,3 +300,65 @@ async def test_an_extra_sample_opens_round_one_and_never_joins_the_answered_grou
     assert o["reward_score"] == o["reward_extra_info"]["reweighter_raw"]
     (warning,) = [r for r in caplog.records if r.name == "reweighter.integrations.verl"]
     assert "(round 1) was answered short with 1 of 2 members" in warning.getMessage()
+
+
+ANSWER_SCORE = """
+import re
+
+def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
+    numbers = re.findall(r"-?[0-9]+", solution_str)
+    pred = numbers[-1] if numbers else ""
+    return {"score": 1.0 if pred == ground_truth else 0.0, "pred": pred}
+"""
+
+
+def stepped_batch(
+    tokenizer: Any, step: int, n: int, collapsed: bool, how: str
+) -> list[tuple[str, str, Any]]:
+    """One verl step of 3 prompts x n samples, its global step where verl 0.9 puts it: `how`
+    "server" in `tool_extra_fields` (what the rollout server stamps on each generation, as
+    the agent loop hands it to the reward worker), "meta" in the batch's meta_info. Collapsed:
+    every sample of a prompt ends in the same answer; else each in its own."""
+    rows = []
+    for p in range(3):
+        uid = f"uid-step{step}-{p}"
+        for k in range(n):
+            answer = 10 + p if collapsed else 10 + p + k
+            text = f"attempt {k} " + WAYS[k % len(WAYS)].format(a=answer, b=answer)
+            text = f"{text} so {answer}"
+            d = sample(tokenizer, uid, text, str(10 + p))
+            if how == "server":
+                d.non_tensor_batch["tool_extra_fields"] = np.array(
+                    [{"global_steps": step}], dtype=object
+                )
+            else:
+                d.meta_info["global_steps"] = step
+            rows.append((uid, text, d))
+    random.Random(step).shuffle(rows)
+    return rows
+
+
+async def test_verls_steps_reach_the_live_page_and_a_collapse_fires_its_alert(
+    service, tokenizer, tmp_path
+) -> None:
+    """Issue 50: the manager sends verl's global step, so GET /v1/dashboard (the live page's
+    data) has a point per verl step, and a run whose groups collapse onto one answer for 3
+    steps fires the collapse alert (it did not before: every group landed on one step)."""
+    n = 4
+    config = verl_config(tmp_path, n, url=service.http_url)
+    (tmp_path / "score.py").write_text(ANSWER_SCORE)
+    first = 7_100_000  # above any step another test of the session sends
+    plan = [(first, False, "meta"), (first + 1, True, "server"), (first + 2, True, "server"),
+            (first + 3, True, "meta")]  # fmt: skip
+    async with httpx.AsyncClient(timeout=30) as c:
+        for step, collapsed, how in plan:
+            batch = stepped_batch(tokenizer, step, n, collapsed, how)
+            outs = await run_two_workers(config, batch)
+            assert all(o["reward_extra_info"]["reweighter_complete"] == 1.0 for o in outs)
+            board = (await c.get(f"{service.http_url}/v1/dashboard")).json()
+            mine = {s["step"]: s for s in board["steps"] if s["step"] >= first}
+            assert max(mine) == step and mine[step]["groups"] == 3, mine
+            assert mine[step]["distinct_answers_median"] == (1 if collapsed else n)
+            assert board["collapse"]["firing"] == (step == first + 3), board["collapse"]
+    assert sorted(mine) == [s for s, _, _ in plan]
+    assert board["collapse"]["since_step"] == first + 1

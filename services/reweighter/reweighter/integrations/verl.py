@@ -29,6 +29,10 @@ Validation: verl does not tell `run_single` it is validating, and validation rep
 through. Every answer adds `reweighter_raw`, `reweighter_complete` and
 `reweighter_similarity` to `reward_extra_info` (the same keys on every sample, as verl needs).
 
+Steps: each member carries verl's global step where the reward loop has it (`_step`: the batch's
+`meta_info["global_steps"]`, else the rollout server's `global_steps` in `tool_extra_fields`), so
+the service's live page (/dashboard) plots verl's steps and its collapse alert can fire.
+
 Other `reward.reweighter` keys: url (any `reweighter.client.connect` URL, default
 http://127.0.0.1:8080), method, params, api_key (ReweighterOptions, integrations/options.py,
 checked on load: a bad one is refused naming its key), timeout_s (a member's wait; the server
@@ -44,6 +48,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 from verl import DataProto
 from verl.experimental.reward_loop.reward_manager import get_reward_manager_cls
 from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
@@ -171,6 +176,7 @@ class ReweighterRewardManager(RewardManagerBase):
             advantages="none",
             timeout_s=self.timeout_s,
             answer=_answer(extra),
+            step=_step(data, ntb),
         )
         if not result.complete:
             self._warn_incomplete(result)
@@ -201,6 +207,23 @@ class ReweighterRewardManager(RewardManagerBase):
             self.group_size,
             _HINTS.get(reason, "see docs/integrations.md, failure modes"),
         )
+
+
+def _step(data: DataProto, ntb: Mapping[str, Any]) -> int | None:
+    """verl's global step, where its reward loop has it (the dashboard's x axis): the batch's
+    `meta_info["global_steps"]` (what RayPPOTrainer sets on the generation batch), else the
+    `global_steps` the rollout server stamps on every generation since its last weight update
+    (verl 0.9's vLLM, SGLang and TRT-LLM servers; it reaches `run_single` in the agent loop's
+    `tool_extra_fields` column). None (the service counts it towards the latest step) when
+    neither is set."""
+    for value in (data.meta_info.get("global_steps"), _extra_step(ntb.get("tool_extra_fields"))):
+        if isinstance(value, int | np.integer) and not isinstance(value, bool) and value >= 0:
+            return int(value)
+    return None
+
+
+def _extra_step(fields: Any) -> Any:
+    return fields.get("global_steps") if isinstance(fields, Mapping) else None
 
 
 def _answer(extra: Mapping[str, Any]) -> str | None:
