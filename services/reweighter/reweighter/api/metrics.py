@@ -180,6 +180,17 @@ class _AssemblyCollector(Collector):
         for kind, n in s.size_mismatch.items():
             mismatch.add_metric([kind], float(n))
         yield mismatch
+        raw = CounterMetricFamily(
+            "reweighter_assembly_raw_groups",
+            "groups answered with raw rewards because their members' wait (timeout_s, default "
+            "assembly_timeout_s) ran out, once per group on each instance a member of it waited "
+            "on: short (not every member came), computing (whole, not reweighted in time); the "
+            "first of each step logged at WARNING",
+            labels=["reason"],
+        )
+        for reason, n in s.raw_groups.items():
+            raw.add_metric([reason], float(n))
+        yield raw
 
 
 class _ConnectionCollector(Collector):

@@ -61,6 +61,7 @@ class GroupAssembler:
         self.limits = Limits.from_settings(settings)
         self.stats = AssemblyStats()
         self._ctx = Context(store, engine, self.stats, claim_ttl_s)
+        self._ctx.member_wait_s = settings.assembly_timeout_s
         self._fill: asyncio.Task[None] | None = None
         self._started = False
 

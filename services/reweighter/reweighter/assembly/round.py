@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import time
 import uuid
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
@@ -79,6 +80,10 @@ class AssemblyStats:
     group (409); late: a member after its round was answered, opening the next (WARNING)."""
     store_groups: int = 0  # open groups in the whole store (all replicas with Redis)
     store_members: int = 0  # members held in them
+    raw_groups: dict[str, int] = field(default_factory=lambda: {"short": 0, "computing": 0})
+    """Rounds answered with raw rewards because their members' wait (timeout_s, by default
+    assembly_timeout_s) ran out, counted once per round by each replica that had a member of it
+    waiting: short (not every member came), computing (whole, not reweighted in time)."""
 
     def refused(self, error: Conflict | PreconditionFailed) -> None:
         """Count a 409 (a group_size that is not the group's also as `declared`)."""
@@ -108,6 +113,10 @@ class Context:
     """Members waiting here."""
     waiting_by: dict[str, int] = field(default_factory=dict)  # tenant -> members waiting here
     open_by: dict[str, int] = field(default_factory=dict)  # tenant -> its rounds in `rounds`
+    member_wait_s: float = 300.0
+    """The service's default member wait (Settings.assembly_timeout_s), named in the warning."""
+    raw_logged: dict[tuple[str, int | None], float] = field(default_factory=dict)
+    """(tenant, step) -> when a raw round of it was last logged (RAW_LOG_KEYS at most)."""
 
     def token(self) -> str:
         """A claim token: this replica's id and a serial."""
@@ -170,6 +179,50 @@ async def join(ctx: Context, m: Member, reuse_ids: bool) -> MemberResult:
                 return await Round.of(ctx, m, rnd).wait(m, count, deadline)
 
 
+RAW_LOG_KEYS = 1024
+"""(tenant, step) pairs whose raw rounds the warning remembers having logged."""
+RAW_LOG_PERIOD_S = 60.0
+"""Members that send no step: at most one raw-round warning per tenant this often."""
+
+
+def raw_round(ctx: Context, m: Member, answer: MemberResult) -> None:
+    """A round answered raw because its members' wait ran out: counted (`raw_groups`), and
+    logged at WARNING once per (tenant, step) (once a minute per tenant without a step), naming
+    the setting that decides the wait. Called once per round and replica."""
+    reason = "computing" if answer.reason is MemberReason.COMPUTING else "short"
+    ctx.stats.raw_groups[reason] += 1
+    step = m.meta.step
+    key, now = (m.tenant, step), time.monotonic()
+    last = ctx.raw_logged.get(key)
+    if last is not None and (step is not None or now - last < RAW_LOG_PERIOD_S):
+        return
+    ctx.raw_logged.pop(key, None)
+    ctx.raw_logged[key] = now
+    while len(ctx.raw_logged) > RAW_LOG_KEYS:  # oldest first: dicts keep insertion order
+        del ctx.raw_logged[next(iter(ctx.raw_logged))]
+    which = f"step {step}" if step is not None else "a step (the members send no step)"
+    if reason == "computing":
+        why = (
+            f"its {answer.members} members all came but it was not reweighted within their "
+            f"wait of {m.timeout_s:g} s: the service is slower than the wait at this size "
+            "(docs/cost.md)"
+        )
+    else:
+        why = (
+            f"only {answer.members} of its {m.group_size} members came within their wait of "
+            f"{m.timeout_s:g} s (a slow sibling, or a group_size above the samples per prompt)"
+        )
+    log.warning(
+        "%s of tenant %r: group %r was answered with raw rewards, not reweighted (reason %s): "
+        "%s. A member waits its timeout_s, by default the setting assembly_timeout_s "
+        "(REWEIGHTER_ASSEMBLY_TIMEOUT_S, --assembly-timeout-s; now %g s; the OpenRLHF route's "
+        "is openrlhf_timeout_s): raise it to at least a step's reweighting time. This step's "
+        "other raw groups are counted in reweighter_assembly_raw_groups_total{reason}, not "
+        "logged",
+        which, m.tenant, m.gid, reason, why, ctx.member_wait_s,
+    )  # fmt: skip
+
+
 def _late(ctx: Context, m: Member, result: RoundResult, rnd: int) -> None:
     ctx.stats.size_mismatch["late"] += 1
     state = "complete" if result.complete else "short"
@@ -189,8 +242,8 @@ class Round:
     only while it sleeps (an asyncio.Event carries a deque of its own); a member waits on a
     future of its own that the round's `done` sets (`_settled`), not a shield of `done`."""
 
-    __slots__ = ("_sleep", "_waits", "_woken", "ctx", "done", "gid", "local", "rnd", "size",
-                 "task", "waiters")  # fmt: skip
+    __slots__ = ("_sleep", "_waits", "_woken", "ctx", "done", "gid", "local", "raw", "rnd",
+                 "size", "task", "waiters")  # fmt: skip
 
     def __init__(self, ctx: Context, gid: str, rnd: int, size: int) -> None:
         self.ctx, self.gid, self.rnd, self.size = ctx, gid, rnd, size
@@ -201,6 +254,7 @@ class Round:
         self._waits: list[asyncio.Future[RoundResult]] = []  # one per member waiting here
         self.waiters = 0
         self.local: dict[str, float] = {}  # member -> raw reward, of those that waited here
+        self.raw = False  # answered raw at a member's deadline here (counted, maybe logged)
         self.task = asyncio.create_task(self._watch(), name=f"asm:{gid}")
 
     @classmethod
@@ -261,9 +315,13 @@ class Round:
                 finally:
                     self._waits.remove(mine)
             await self.ctx.pace.turn()
-            if result is None:
-                return await self._at_deadline(m, deadline + GRACE_S)
-            return self._answer(result, m)
+            if result is not None:
+                return self._answer(result, m)
+            answer = await self._at_deadline(m, deadline + GRACE_S)
+            if not self.raw and answer.reason in (MemberReason.SHORT, MemberReason.COMPUTING):
+                self.raw = True
+                raw_round(self.ctx, m, answer)
+            return answer
         finally:
             self._leave(m)
 
