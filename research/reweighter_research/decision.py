@@ -564,10 +564,16 @@ def audit_dir(out: Path) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     """`python -m reweighter_research.decision --simulate [N]`: the first rule's operating
     characteristics as a markdown table; `--audit DIR`: the pickone audit (EXPERIMENTS.md) as
-    JSON."""
+    JSON; `--verdicts DIR [DIR ...]`: every verdict of an experiment folder (or of every folder
+    of experiments/), recomputed from its committed files, read-only (verdicts.py); `--pilot
+    DIR`: writes DIR/pilot.json (the pilot's figures and power table: an authoring step)."""
     import sys
 
     args = sys.argv[1:] if argv is None else argv
+    if len(args) >= 2 and args[0] == "--verdicts":
+        from .verdicts import main as verdicts_main
+
+        return verdicts_main(args[1:])
     if len(args) == 2 and args[0] == "--audit":
         print(json.dumps(audit_dir(Path(args[1])), indent=2))
         return 0
@@ -596,7 +602,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args or args[0] != "--simulate":
         print("usage: python -m reweighter_research.decision --simulate [N] | --audit DIR | "
-              "--pilot DIR [N] [--paired-sd SD]")
+              "--verdicts DIR [DIR ...] | --pilot DIR [N] [--paired-sd SD]")
         return 2
     n = int(args[1]) if len(args) > 1 else 300
     print("| GRPO reaches | in steps | MMR speed | confirmed | refuted | inconclusive |")
