@@ -42,7 +42,7 @@ from reweighter.errors import (
     StoreUnavailable,
 )
 from reweighter.methods import advantages
-from reweighter.types import Group, GroupStats, ReweightRequest
+from reweighter.types import Group, GroupStats, ReweightRequest, group_list
 
 from .conftest import Build, Later, embedded_group, ordered_request, settings, waiting
 
@@ -343,6 +343,7 @@ CHANGES: dict[str, tuple[dict[str, object], dict[str, object], type[Exception]]]
     "completion": ({"embedding": None, "completion": "x + y"}, {"completion": "y + x"}, Conflict),
     "embedding": ({}, {"embedding": [1.0] * 8}, Conflict),
     "answer": ({"answer": "42"}, {"answer": "43"}, Conflict),
+    "quality": ({"quality": 0.5}, {"quality": 0.25}, Conflict),
 }
 
 
@@ -354,11 +355,11 @@ def test_every_field_that_changes_a_result_is_covered() -> None:
     assert set(CHANGES) == set(SHARED) | set(PAYLOAD), (
         "a member field that changes a result needs its row in CHANGES (its 409 is tested)"
     )
-    assert set(GroupMeta.model_fields) - {"v"} == set(SHARED) | {"input", "dim"}
+    assert set(GroupMeta.model_fields) - {"v"} == set(SHARED) | {"input", "dim", "quality"}
     request_fields = {f.name for f in dataclasses.fields(ReweightRequest)}
     group_fields = {f.name for f in dataclasses.fields(Group)}
     assert set(SHARED) - {"group_size"} <= request_fields | group_fields
-    assert {f"{name}s" for name in PAYLOAD} <= group_fields
+    assert {group_list(name) for name in PAYLOAD} <= group_fields
 
 
 STORED_META = {
@@ -372,6 +373,18 @@ STORED_META = {
         "prompt_key": "str | None",
         "input": "typing.Literal['completion', 'embedding']",
         "dim": "int | None",
+    },
+    4: {  # a member may carry quality; the meta says whether the round's members give it
+        "group_size": "int",
+        "method": "str",
+        "params": "dict[str, typing.Any]",
+        "advantages": "str",
+        "advantage_params": "dict[str, typing.Any]",
+        "step": "int | None",
+        "prompt_key": "str | None",
+        "input": "typing.Literal['completion', 'embedding']",
+        "dim": "int | None",
+        "quality": "bool",
     },
 }
 """GroupMeta's fields and their stored types per SCHEMA_VERSION: a new SHARED member field
@@ -648,6 +661,69 @@ async def test_members_carry_step_prompt_key_and_advantage_params(
     rest = [dataclasses.replace(m, group_id=k.group_id) for m in subs[1:]]
     await asyncio.gather(*(asm.submit(m) for m in rest))
     assert (await held).complete
+
+
+def _quality_members(gid: str, method: str, rng: random.Random) -> list[MemberSubmission]:
+    """Five members of one group whose reward is a quality (right 1, wrong 0) plus a format
+    term (1 or 0): three copies of one right answer, a formatted wrong answer, an unformatted
+    right one; ids not in string order."""
+    rows = [(1.0, 1.0, "4", [1.0, 0.0]), (1.0, 1.0, "4", [1.0, 0.0]), (1.0, 1.0, "4", [1.0, 0.0]),
+            (0.0, 1.0, "5", [0.0, 1.0]), (1.0, 0.0, "2+2", [0.6, 0.8])]  # fmt: skip
+    return [
+        MemberSubmission(gid, f"{rng.randrange(10**6)}-{i}", len(rows), q + rest,
+                         embedding=vec, method=method, answer=answer, quality=q,
+                         advantages="grpo")
+        for i, (q, rest, answer, vec) in enumerate(rows)
+    ]  # fmt: skip
+
+
+def _group_of(members: list[MemberSubmission], quality: bool) -> ReweightRequest:
+    """/v1/reweight's request for the members in member_id order, with or without quality."""
+    ms = sorted(members, key=lambda m: m.member_id)
+    group = Group(rewards=[m.reward for m in ms], embeddings=[m.embedding for m in ms],
+                  answers=[m.answer for m in ms],
+                  quality=[m.quality for m in ms] if quality else None)  # fmt: skip
+    return ReweightRequest([group], ms[0].method, {}, "grpo")
+
+
+@pytest.mark.parametrize("method", ["dra", "mmr", "darling"])
+async def test_members_carry_quality(
+    assembler: GroupAssembler, engine: ReweightEngine, method: str
+) -> None:
+    """Issue 49: members that give quality get /v1/reweight's answer for the whole group with
+    quality (not the whole reward's), shuffled, on both stores; a group is all or none: a
+    member without quality where the round's members give it (and the reverse) is a 409
+    naming quality, and the round still completes with its own members."""
+    rng = random.Random(49)
+    g = _quality_members(f"q-{method}", method, rng)
+    shuffled = list(g)
+    rng.shuffle(shuffled)
+    held = [asyncio.create_task(assembler.submit(m)) for m in shuffled[:-1]]
+    await waiting(assembler, len(held))
+    with pytest.raises(PreconditionFailed) as e:  # the last member, without its quality
+        await assembler.submit(dataclasses.replace(shuffled[-1], quality=None))
+    assert (e.value.field, e.value.http_status) == ("quality", 409)
+    assert "give quality" in str(e.value)
+    got = await asyncio.gather(*held, assembler.submit(shuffled[-1]))
+    by_id = {r.member_id: r for r in got}
+    want = (await engine.areweight(_group_of(g, quality=True))).groups[0]
+    whole = (await engine.areweight(_group_of(g, quality=False))).groups[0]
+    ids = sorted(m.member_id for m in g)
+    assert [by_id[i].reward for i in ids] == pytest.approx(want.rewards, abs=1e-6)
+    assert [by_id[i].advantage for i in ids] == pytest.approx(want.advantages, abs=1e-6)
+    assert all(by_id[i].complete and by_id[i].raw_reward == m.reward
+               for i, m in zip(ids, sorted(g, key=lambda m: m.member_id), strict=True))  # fmt: skip
+    assert want.rewards != pytest.approx(whole.rewards, abs=1e-3)  # quality changed the answer
+    # The reverse: a round of members without quality refuses one that gives it.
+    plain = [dataclasses.replace(m, group_id=f"p-{method}", quality=None) for m in g]
+    first = asyncio.create_task(assembler.submit(plain[0]))
+    await waiting(assembler, 1)
+    with pytest.raises(PreconditionFailed) as e:
+        await assembler.submit(dataclasses.replace(plain[1], quality=1.0))
+    assert e.value.field == "quality" and "give no quality" in str(e.value)
+    rest = await asyncio.gather(*(assembler.submit(m) for m in plain[1:]))
+    answers = {r.member_id: r.reward for r in [await first, *rest]}
+    assert [answers[i] for i in ids] == pytest.approx(whole.rewards, abs=1e-6)
 
 
 @pytest.mark.slow

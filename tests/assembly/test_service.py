@@ -442,3 +442,52 @@ def test_members_carry_outcome_ucb_and_pass_at_k_on_both_transports(
                 assert e.value.field == field and e.value.http_status == 409
         assert rpc.submit_member(open_[1]).complete
         assert held.result(60).complete
+
+
+def test_members_carry_quality_on_both_transports(replicas: list[BackgroundService]) -> None:
+    """Issue 49: `quality` travels with each member over HTTP and gRPC (one group split across
+    replicas and transports): every member gets /v1/reweight's answer for the group with its
+    quality; a member without quality in a group that gives it is a 409 naming quality, a
+    non-finite one a 422 naming it, on both transports."""
+    gid = f"quality-{uuid.uuid4().hex}"
+    rows = [(1.0, 1.0, [1.0, 0.0]), (1.0, 1.0, [1.0, 0.0]), (1.0, 1.0, [1.0, 0.0]),
+            (0.0, 1.0, [0.0, 1.0])]  # quality, format, vector: three right copies, one wrong
+    members = [
+        MemberSubmission(gid, f"m{i}", len(rows), q + f, embedding=v, method="dra", quality=q,
+                         timeout_s=60)
+        for i, (q, f, v) in enumerate(rows)
+    ]  # fmt: skip
+    with (
+        ReweighterClient(replicas[0].http_url, api_key=KEY, retry=NO_RETRY) as http,
+        GrpcReweighterClient(replicas[1].grpc_target, api_key=KEY, retry=NO_RETRY) as rpc,
+        ThreadPoolExecutor(4) as pool,
+    ):
+        futures = [
+            pool.submit((http if i % 2 else rpc).submit_member, m)
+            for i, m in enumerate(members[:3])
+        ]
+        for _ in range(1000):  # up to 20 s: a loaded machine
+            waiting = sum(
+                metric(r.http_url, "reweighter_assembly_waiting_members") for r in replicas
+            )
+            if waiting >= 3:
+                break
+            time.sleep(0.02)
+        for client in (http, rpc):
+            with pytest.raises(PreconditionFailed) as e:
+                client.submit_member(MemberSubmission(**{**members[3].__dict__, "quality": None}))
+            assert (e.value.field, e.value.http_status) == ("quality", 409)
+            with pytest.raises(InvalidInput) as e:
+                client.submit_member(
+                    MemberSubmission(**{**members[3].__dict__, "quality": float("inf")})
+                )
+            assert (e.value.field, e.value.grpc_code) == ("quality", "INVALID_ARGUMENT")
+        futures.append(pool.submit(http.submit_member, members[3]))
+        results = [f.result(timeout=120) for f in futures]
+        group = Group([q + f for q, f, _ in rows], embeddings=[v for _, _, v in rows],
+                      quality=[q for q, _, _ in rows])  # fmt: skip
+        want = http.reweight(ReweightRequest([group], "dra")).groups[0].rewards
+    assert all(r.complete for r in results)
+    assert [r.reward for r in results] == pytest.approx(want, abs=1e-6)
+    # by hand: the right copies 1/3 + 1 (format added back), the wrong one 0 + 1
+    assert want == pytest.approx([1 / 3 + 1] * 3 + [1.0], abs=1e-5)

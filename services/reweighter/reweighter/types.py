@@ -75,9 +75,9 @@ the member path is derived from it (reweighter.assembly):
 - "shared": every member of a round gives the same: stored in the round's GroupMeta, a member
   that differs is a 409 naming the field, and the rebuilt request carries it (a ReweightRequest
   field of that name, a Group field of that name, or group_size: the group's length);
-- "payload": the member's own value, one item of the Group list of the plural name (reward ->
-  rewards): stored with the member and covered by its digests, so a resend that differs in it is
-  a 409 naming the field;
+- "payload": the member's own value, one item of the Group list it names (`group_list`: the
+  plural, reward -> rewards; quality keeps its name): stored with the member and covered by its
+  digests, so a resend that differs in it is a 409 naming the field;
 - "call": how this call waits (timeout_s, reuse_ids): no part of the result."""
 
 
@@ -193,9 +193,7 @@ class GroupStats:
     distinct_answers: int | None = wire(
         "distinct non-null answers, when the group carried answers", None, omit_none=True
     )
-    classes: int | None = wire(
-        "answer classes the method used (darling)", None, omit_none=True
-    )
+    classes: int | None = wire("answer classes the method used (darling)", None, omit_none=True)
 
 
 @dataclass(frozen=True)
@@ -320,6 +318,13 @@ class MemberSubmission:
         None,
         member="shared",
     )
+    quality: float | None = wire(
+        "the quality part of the member's reward (as groups[].quality of /v1/reweight: the "
+        "method reweights only it, the rest is added back); every member of a group gives it "
+        "or none does (a member that differs is a 409 naming quality)",
+        None,
+        member="payload",
+    )
 
 
 @dataclass(frozen=True)
@@ -343,6 +348,16 @@ class MemberResult:
     round: int = wire("the round of group_id the member was in (0 first)", 0)
     """Which round of `group_id` the member was in: 0, or more when it arrived after earlier
     rounds of the same group id had been answered (a late or extra member, or a reused id)."""
+
+
+_GROUP_LISTS = {"quality": "quality"}
+"""Payload fields whose Group list is not their plural (a mass noun keeps its name)."""
+
+
+def group_list(name: str) -> str:
+    """The Group list a PAYLOAD member field is one item of: reward -> rewards, quality ->
+    quality."""
+    return _GROUP_LISTS.get(name, f"{name}s")
 
 
 def member_fields(role: MemberRole) -> tuple[str, ...]:

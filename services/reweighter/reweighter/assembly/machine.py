@@ -253,8 +253,10 @@ def encode(c: CheckedMember, tenant: str | None = None) -> Member:
     else:
         assert c.embedding is not None
         value, kind, dim = c.embedding.tolist(), "embedding", int(c.embedding.shape[0])
-    meta = _meta({name: _stored(getattr(c, name)) for name in SHARED}, kind, dim)
-    record = MemberRecord(reward=c.reward, digests=digests, value=value, answer=c.answer)
+    meta = _meta({name: _stored(getattr(c, name)) for name in SHARED}, kind, dim, c.quality)
+    record = MemberRecord(
+        reward=c.reward, digests=digests, value=value, answer=c.answer, quality=c.quality
+    )
     owner = current_tenant() if tenant is None else tenant
     return Member(c.group_id, c.member_id, c.group_size, c.timeout_s, meta, record, owner)
 
@@ -268,14 +270,20 @@ one changes no answer. Bounded; emptied when full (a job's few metas come back a
 
 
 def _meta(
-    shared: dict[str, Any], kind: Literal["completion", "embedding"], dim: int | None
+    shared: dict[str, Any],
+    kind: Literal["completion", "embedding"],
+    dim: int | None,
+    quality: float | None,
 ) -> GroupMeta:
-    key = json.dumps([shared, kind, dim], sort_keys=True, separators=(",", ":"), default=repr)
+    given = quality is not None  # the round's members give quality: all or none (round.conflict)
+    key = json.dumps(
+        [shared, kind, dim, given], sort_keys=True, separators=(",", ":"), default=repr
+    )
     meta = _METAS.get(key)
     if meta is None:
         if len(_METAS) >= _METAS_MAX:
             _METAS.clear()
-        meta = _METAS[key] = GroupMeta(**shared, input=kind, dim=dim)
+        meta = _METAS[key] = GroupMeta(**shared, input=kind, dim=dim, quality=given)
     return meta
 
 

@@ -30,17 +30,26 @@ from typing import Any, Literal, Self, get_args, get_origin, get_type_hints
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from ..errors import StoreUnavailable
-from ..types import Group, GroupStats, MemberSubmission, ReweightRequest, member_fields
+from ..types import (
+    Group,
+    GroupStats,
+    MemberSubmission,
+    ReweightRequest,
+    group_list,
+    member_fields,
+)
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """2: a round's statistics are one `stats` object (GroupStats), not five flat fields; a member
 carries `step`, `prompt_key` and `advantage_params` (both landed together, one version).
-3: a member's `digests` cover every payload field (its answer too), one digest per field."""
+3: a member's `digests` cover every payload field (its answer too), one digest per field.
+4: a member may carry `quality`, and a round's meta says whether its members give it."""
 
 SHARED = member_fields("shared")
 """The member fields every member of a round agrees on (types.MemberRole): GroupMeta's fields."""
 PAYLOAD = member_fields("payload")
-"""The member fields that are its own values: its reward, and what `digests` covers."""
+"""The member fields that are its own values: its reward, and what `digests` covers. Each is one
+item of the Group list `group_list` names (reward -> rewards, quality -> quality)."""
 
 
 _GIVEN: dict[frozenset[str], set[str]] = {}
@@ -87,9 +96,11 @@ class _Record(BaseModel):
 
 _GROUP_META_DOC = """What every member of a round must agree on: the member's SHARED fields
 in their stored form (params and advantage_params after validation, defaults filled in, so `{}`
-and the explicit defaults are equal; names as strings), and the kind (`input`) and width (`dim`,
-None for completions) of its input. Derived from MemberSubmission (`_group_meta`); any change
-to it is a new SCHEMA_VERSION (tests/assembly/test_contract.py holds the two together)."""
+and the explicit defaults are equal; names as strings), the kind (`input`) and width (`dim`,
+None for completions) of its input, and whether its members give `quality` (all or none: a
+group reweights its quality apart from the rest, or its whole rewards). Derived from
+MemberSubmission (`_group_meta`); any change to it is a new SCHEMA_VERSION
+(tests/assembly/test_contract.py holds the two together)."""
 
 
 def _stored_field(f: dataclasses.Field[Any], hint: Any) -> tuple[Any, Any]:
@@ -124,6 +135,7 @@ def _group_meta() -> type[_Record]:
         **shared,
         input=(Literal["completion", "embedding"], ...),
         dim=(int | None, ...),
+        quality=(bool, False),
     )
 
 
@@ -140,6 +152,9 @@ class MemberRecord(_Record):
     """The completion or the embedding."""
     answer: str | None = None
     """The member's extracted final answer (MemberSubmission.answer), if it gave one."""
+    quality: float | None = None
+    """The quality part of its reward (MemberSubmission.quality), if it gave one (then every
+    member of its round did: GroupMeta.quality)."""
 
 
 class RoundResult(_Record):
@@ -177,7 +192,8 @@ class OpenRound(BaseModel):
     def request(self, group_id: str) -> ReweightRequest:
         """The /v1/reweight request of this round (whole), derived from the member fields' roles
         (types.MemberRole): each SHARED field goes where the request has it (group_size is the
-        group's length), each PAYLOAD field becomes its Group list (reward -> rewards)."""
+        group's length), each PAYLOAD field becomes its Group list (`group_list`: reward ->
+        rewards, quality -> quality)."""
         _, records = self.ordered()
         meta = self.meta
         lists: dict[str, Any] = {"rewards": [r.reward for r in records]}
@@ -189,7 +205,9 @@ class OpenRound(BaseModel):
         answers = [r.answer for r in records]
         if meta.prompt_key or any(a is not None for a in answers):
             lists["answers"] = answers
-        assert set(lists) <= {f"{name}s" for name in PAYLOAD}
+        if meta.quality:  # every member gave one (the meta is the round's: all or none)
+            lists["quality"] = [r.quality for r in records]
+        assert set(lists) <= {group_list(name) for name in PAYLOAD}
         shared = {name: getattr(meta, name) for name in SHARED if name != "group_size"}
         in_group = {k: v for k, v in shared.items() if k in _GROUP_FIELDS}
         one = Group(id=group_id, **lists, **in_group)

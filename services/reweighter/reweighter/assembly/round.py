@@ -536,6 +536,13 @@ def conflict(
         if have.input != want.input:
             gives = f"group {m.gid!r} members give {have.input}s"
             return PreconditionFailed(gives, field=want.input)
+        if have.quality != want.quality:  # all or none: quality apart, or the whole reward
+            given = "give" if have.quality else "give no"
+            return PreconditionFailed(
+                f"group {m.gid!r} members {given} quality: every member of a group gives it "
+                "or none does",
+                field="quality",
+            )
         return PreconditionFailed(
             f"has dimension {want.dim} but group {m.gid!r} has {have.dim}", field="embedding"
         )

@@ -300,6 +300,8 @@ class CheckedMember:
     step: int | None = None
     prompt_key: str | None = None
     """outcome_ucb's (required with it); every member of a round must agree (the round's meta)."""
+    quality: float | None = None
+    """The quality part of its reward (None: none given); all or none of a round's members."""
 
 
 def check_member(
@@ -363,7 +365,20 @@ def check_member(
         advantage_params=adv_params,
         step=step,
         prompt_key=prompt_key,
+        quality=_check_member_quality(member.quality, reward),
     )
+
+
+def _check_member_quality(value: Any, reward: float) -> float | None:
+    """A member's quality: the rule of one item of a group's `quality` (_check_quality)."""
+    if value is None:
+        return None
+    q = _check_number(value, "quality")
+    if not math.isfinite(reward - q):
+        raise InvalidInput(
+            f"reward - quality overflows a 64-bit float ({reward} - {q})", field="quality"
+        )
+    return q
 
 
 def _texts_given(texts: Any, vectors: Any, what: str, field: str) -> bool:

@@ -159,7 +159,7 @@ class Vector(_message.Message):
     def __init__(self, values: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class SubmitMemberRequest(_message.Message):
-    __slots__ = ("group_id", "member_id", "group_size", "reward", "completion", "embedding", "method", "params", "advantages", "timeout_s", "reuse_ids", "answer", "advantage_params", "step", "prompt_key")
+    __slots__ = ("group_id", "member_id", "group_size", "reward", "completion", "embedding", "method", "params", "advantages", "timeout_s", "reuse_ids", "answer", "advantage_params", "step", "prompt_key", "quality")
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
     GROUP_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -175,6 +175,7 @@ class SubmitMemberRequest(_message.Message):
     ADVANTAGE_PARAMS_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     PROMPT_KEY_FIELD_NUMBER: _ClassVar[int]
+    QUALITY_FIELD_NUMBER: _ClassVar[int]
     group_id: str
     member_id: str
     group_size: int
@@ -190,7 +191,8 @@ class SubmitMemberRequest(_message.Message):
     advantage_params: _struct_pb2.Struct
     step: int
     prompt_key: str
-    def __init__(self, group_id: _Optional[str] = ..., member_id: _Optional[str] = ..., group_size: _Optional[int] = ..., reward: _Optional[float] = ..., completion: _Optional[str] = ..., embedding: _Optional[_Union[Vector, _Mapping]] = ..., method: _Optional[str] = ..., params: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., advantages: _Optional[str] = ..., timeout_s: _Optional[float] = ..., reuse_ids: _Optional[bool] = ..., answer: _Optional[str] = ..., advantage_params: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., step: _Optional[int] = ..., prompt_key: _Optional[str] = ...) -> None: ...
+    quality: float
+    def __init__(self, group_id: _Optional[str] = ..., member_id: _Optional[str] = ..., group_size: _Optional[int] = ..., reward: _Optional[float] = ..., completion: _Optional[str] = ..., embedding: _Optional[_Union[Vector, _Mapping]] = ..., method: _Optional[str] = ..., params: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., advantages: _Optional[str] = ..., timeout_s: _Optional[float] = ..., reuse_ids: _Optional[bool] = ..., answer: _Optional[str] = ..., advantage_params: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., step: _Optional[int] = ..., prompt_key: _Optional[str] = ..., quality: _Optional[float] = ...) -> None: ...
 
 class MemberError(_message.Message):
     __slots__ = ("type", "code", "message", "field")
