@@ -73,3 +73,21 @@ def test_encoder_thread_cpu_grows_with_encoding_and_not_without(
     http.reweight(ReweightRequest(groups=[Group([1.0, 0.5], embeddings=[[1.0, 0.0], [0.6, 0.8]])]))
     assert _samples(service.http_url)[name] == grown
     assert grown <= time.process_time()  # the service runs in this process here
+
+
+def test_the_in_process_caches_report_their_fill(
+    service: BackgroundService, http: ReweighterClient
+) -> None:
+    """reweighter_cache_entries / _bytes (the vector LRU) and reweighter_word_cache_words (the
+    tokenizer's word cache): what bench/bench_soak.py reads to tell a cache filling from a
+    leak. Three new texts: three more vectors held, their bytes counted, and their words kept
+    (words that repeat: a batch of mostly unseen words is tokenised whole, not remembered)."""
+    tag = uuid.uuid4().hex
+    texts = [f"{tag} {i} " + "we add the digits and carry the one " * 6 for i in range(3)]
+    before = _samples(service.http_url)
+    http.reweight(ReweightRequest(groups=[Group([1.0, 0.0, 1.0], texts)]))
+    after = _samples(service.http_url)
+    assert after["reweighter_cache_entries"] == before["reweighter_cache_entries"] + 3
+    grown = after["reweighter_cache_bytes"] - before["reweighter_cache_bytes"]
+    assert 3 * 384 * 4 <= grown <= 3 * (384 * 4 + 400)  # the vectors, keys and entry overhead
+    assert after["reweighter_word_cache_words"] > 0

@@ -90,6 +90,11 @@ def _one(kind: type[Any], name: str, doc: str, value: float) -> Any:
     return family
 
 
+def _len(obj: object) -> int:
+    """len() of a cache that has one; 0 for none (no cache, Redis alone)."""
+    return len(obj) if hasattr(obj, "__len__") else 0  # type: ignore[arg-type]
+
+
 class _EngineCollector(Collector):
     """Reads the engine's embedder counters at scrape time."""
 
@@ -109,6 +114,19 @@ class _EngineCollector(Collector):
         stats = getattr(embedder, "stats", None)
         for name, doc in _STAT_COUNTERS.items():
             yield _one(CounterMetricFamily, f"reweighter_{name}", doc, getattr(stats, name, 0) or 0)
+        # the in-process caches' fill (the soak benchmark reads them to tell a growing cache
+        # from a leak): the vector LRU (the front of LRU + Redis) and the tokenizer's word cache
+        cache = getattr(embedder, "cache", None)
+        lru = getattr(cache, "front", cache)
+        yield _one(GaugeMetricFamily, "reweighter_cache_entries",
+                   "vectors held by the in-process embedding cache", _len(lru))  # fmt: skip
+        yield _one(GaugeMetricFamily, "reweighter_cache_bytes",
+                   "bytes the in-process embedding cache counts against cache_max_bytes",
+                   getattr(lru, "nbytes", 0))  # fmt: skip
+        stage = getattr(getattr(embedder, "encoder", None), "stage", None)
+        words = getattr(stage, "word_ids", None)
+        yield _one(GaugeMetricFamily, "reweighter_word_cache_words",
+                   "words held by the tokenizer's word cache", _len(words))  # fmt: skip
         memory = getattr(self.engine, "memory_built", None)
         yield _one(
             GaugeMetricFamily,
