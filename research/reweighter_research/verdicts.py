@@ -298,7 +298,7 @@ def ratio_verdicts(results: dict[str, Any]) -> dict[str, Any]:
                 if lo > 0
                 else "refuted"
                 if hi < delta
-                else "no evidence of a speed-up, and a 2x speed-up not excluded"
+                else "no evidence of a 2x speed-up, and a 2x speed-up not excluded"
                 if lo <= 0 <= hi
                 else "inconclusive"
             ),

@@ -20,10 +20,23 @@ PICKTWO = REPO / "experiments" / "picktwo-main" / "results.json"
 
 
 def readme_line() -> str:
+    """README's one-line summary of the experiments (its Results section; the figures in full
+    are EXPERIMENTS.md's)."""
     lines = [ln for ln in (REPO / "README.md").read_text().splitlines()
-             if ln.startswith("Experiments (SmolLM2-135M")]
-    assert len(lines) == 1, "README.md has exactly one experiment line"
+             if ln.startswith("Experiments, read narrowly:")]
+    assert len(lines) == 1, "README.md has exactly one summary line of the experiments"
     return lines[0]
+
+
+def results_table() -> list[tuple[str, str, str]]:
+    """README's Results table: (experiment, verdict, command) per row."""
+    text = (REPO / "README.md").read_text().split("\n## Results\n", 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for ln in text.splitlines():
+        cells = [c.strip() for c in ln.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[2].startswith("`python -m"):
+            rows.append((cells[0], cells[1], cells[2].strip("`")))
+    return rows
 
 
 def lead() -> str:
@@ -55,24 +68,27 @@ def pickone_area() -> tuple[float, float, float]:
 
 def test_readme_line_quotes_only_what_experiments_md_leads_with() -> None:
     line, head = readme_line(), lead()
-    for phrase in ("no evidence of a 2x speed-up at this scale", "2x speed-up not excluded"):
-        assert phrase in line.lower() and phrase in head.lower().replace("**", "")
+    table = {exp.split(":")[0]: verdict for exp, verdict, _ in results_table()}
+    assert "no evidence of a 2x speed-up" in table["pickone"]
+    assert "2x speed-up not excluded" in table["pickone"]
+    for phrase in ("no evidence of a 2x speed-up", "2x speed-up not excluded"):
+        assert phrase in head.lower().replace("**", "")
     verdicts = json.loads(PICKTWO.read_text())["decision"]["verdict_per_arm"]
-    if set(verdicts.values()) == {"refuted"}:  # the line's word is the file's, for every arm
-        assert "no arm compressed the learning curve of a 135M model by 2x" in line
+    if set(verdicts.values()) == {"refuted"}:  # the table's word is the file's, for every arm
+        assert table["picktwo"] == "refuted for every arm"
         assert "**Refuted for every arm" in head
-    # issue 40: the scope and the corrected power travel with the verdict
-    assert "with their scope" in line and "nothing here tests the papers' regime" in line
-    assert "not the 0.93 first stated" in line
+    # issue 40: the scope travels with the verdict; issue 49: and what "refuted" excludes
+    assert "nothing here tests the papers' regime" in line
+    assert "so it does not pin a 2x speed-up" in line
     missing = [x for x in numbers(line) if x.lstrip("+") not in head]
     assert not missing, f"README quotes {missing}, which EXPERIMENTS.md's lead does not"
 
 
 def test_readme_numbers_recompute_from_the_per_step_logs() -> None:
     mean, se, delta = pickone_area()
-    line = readme_line()
-    assert f"{mean:+.3f}" in line and f"standard error {se:.3f}" in line
-    assert f"{delta:+.3f} predicted by a 2x speed-up" in line
+    head = lead()
+    assert f"**{mean:+.3f}** (standard error {se:.3f}" in head
+    assert f"predicts **{delta:+.3f}**" in head
     # and the claim itself: the interval holds both no effect and the 2x prediction
     from scipy import stats
 
@@ -81,9 +97,9 @@ def test_readme_numbers_recompute_from_the_per_step_logs() -> None:
 
 
 def test_readme_picktwo_figures_recompute_from_the_curves() -> None:
-    """The picktwo half of the line, from results.json with numpy and scipy: each arm's mean
-    area difference to GRPO, each interval (98.75 %: 4 arms) under delta_2x and holding 0, and
-    the held-out distinct-answer gains it quotes."""
+    """The picktwo figures, from results.json with numpy and scipy: each arm's mean area
+    difference to GRPO and its 98.75 % interval (4 arms) in EXPERIMENTS.md's table, under
+    delta_2x and holding 0; README's delta_2x and the distinct-answer gains it quotes."""
     from scipy import stats
 
     results = json.loads(PICKTWO.read_text())
@@ -91,25 +107,27 @@ def test_readme_picktwo_figures_recompute_from_the_curves() -> None:
     seeds = sorted(s for m, s in runs if m == "grpo")
     assert len(seeds) == 12
     delta = results["decision"]["delta_2x"]
-    line = readme_line()
-    assert f"+{delta:.4f} a 2x speed-up predicts" in line
+    line, head = readme_line(), lead()
+    assert f"excludes a learning-curve gain of +{delta:.4f}" in line
     q = stats.t.ppf(1 - 0.05 / 4 / 2, len(seeds) - 1)
-    for arm, name in (("mmr", "MMR"), ("dra", "DRA"), ("darling", "Darling"),
-                      ("grpo-passk", "pass@k")):
+    for arm in ("mmr", "dra", "darling", "grpo-passk"):
         d = np.array([np.mean(runs[arm, s]["accuracy_curve"]) - np.mean(runs["grpo", s][
             "accuracy_curve"]) for s in seeds])
         se = d.std(ddof=1) / np.sqrt(len(d))
-        assert f"{d.mean():+.3f} ({name})" in line
-        assert d.mean() - q * se < 0 < d.mean() + q * se < delta
+        lo, hi = d.mean() - q * se, d.mean() + q * se
+        assert f"| {d.mean():+.3f} | {lo:+.3f} to {hi:+.3f} | refuted |" in head, arm
+        assert lo < 0 < hi < delta
     gains = [np.mean([runs[arm, s]["distinct_correct"] - runs["grpo", s]["distinct_correct"]
                       for s in seeds]) for arm in ("mmr", "darling")]
-    assert f"(+{gains[0]:.2f}, +{gains[1]:.2f};" in line
+    assert f"MMR +{gains[0]:.2f}, Darling +{gains[1]:.2f}" in line
     # the larger-scale run: MMR's mean difference and that run's own delta_2x
     scale = json.loads((REPO / "experiments" / "picktwo-scale" / "results.json").read_text())
     by = {(r["method"], r["seed"]): np.mean(r["accuracy_curve"]) for r in scale["runs"]}
     d = np.array([by["mmr", s] - by["grpo", s] for m, s in by if m == "grpo"])
     assert len(d) == 16 and scale["decision"]["verdict_per_arm"] == {"mmr": "refuted"}
-    assert f"{d.mean():+.3f} against the +{scale['decision']['delta_2x']:.3f}" in line
+    flat = " ".join(head.split())
+    assert f"MMR - GRPO area: mean **{d.mean():+.3f}, 95 % interval" in flat
+    assert f"**+{scale['decision']['delta_2x']:.3f}**" in flat
 
 
 @pytest.mark.parametrize("figure", ["-0.057", "+0.105", "1.06", "1.76", "0.92", "1.15", "1.02"])

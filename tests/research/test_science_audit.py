@@ -173,3 +173,141 @@ def test_the_scale_runs_pre_registration_time_is_its_commits() -> None:
     assert out == "04:07"
     text = (REPO / "EXPERIMENTS.md").read_text()
     assert "pre-registered 2026-11-26 04:07 UTC" in text and "04:20 UTC" not in text
+
+
+# --- issue 49, item 2: the framing said where the verdict is said, every figure recomputed ---
+
+
+def framing() -> str:
+    """EXPERIMENTS.md's "How to read these verdicts" block (picktwo, decided)."""
+    text = (REPO / "EXPERIMENTS.md").read_text()
+    block = text.split("**How to read these verdicts (issue 49).**", 1)[1]
+    return " ".join(block.split("\n\n**Secondary, reported, not voted**", 1)[0].split())
+
+
+def readme_summary() -> str:
+    lines = [ln for ln in (REPO / "README.md").read_text().splitlines()
+             if ln.startswith("Experiments, read narrowly:")]
+    assert len(lines) == 1, "README.md has exactly one summary line of the experiments"
+    return lines[0]
+
+
+def main_diffs(arm: str) -> list[float]:
+    main = load("picktwo-main")
+    by = {(r["method"], r["seed"]): r["accuracy_curve"] for r in main["runs"]}
+    return [area(by[(arm, s)]) - area(by[("grpo", s)]) for s in sorted(
+        s for m, s in by if m == "grpo")]
+
+
+def test_refuted_excludes_a_gain_a_smaller_speed_up_already_predicts() -> None:
+    from reweighter_research.verdicts import speedup_map
+
+    pilot = grpo_curves(load("picktwo-pilot-lr5e-6"))
+    delta = delta_for_speedup(pilot)
+    assert round(delta, 6) == 0.047558  # the rule's delta_2x, from the pilot's two curves
+    m = speedup_map(pilot, delta)
+    x = m["first_reaching"]
+    gains = dict(zip(m["grid"], m["gains"], strict=True))
+    assert gains[x] >= delta > gains[round(x - 0.01, 2)] and x < 1 / SPEEDUP
+    down = sum(b < a for a, b in zip(m["gains"], m["gains"][1:], strict=False))
+    assert m["down_steps"] == down > 0 and m["steps"] == 199
+    block, line = framing(), readme_summary()
+    assert f"+{delta:.4f} (delta_2x)" in block and f"+{delta:.4f}" in line
+    assert f"**{x:.2f}x**" in block and f"a {x:.2f}x speed-up already predicts" in line
+    assert f"**{down} of its {m['steps']} steps go down**" in block
+
+
+def test_excluded_from_is_post_hoc_and_moves_with_the_reference_curves() -> None:
+    main = load("picktwo-main")
+    text = " ".join((REPO / "EXPERIMENTS.md").read_text().split())
+    names = (("mmr", "MMR"), ("dra", "DRA"), ("darling", "Darling"), ("grpo-passk", "pass@k"))
+    upper = {a: main["decision"]["intervals"][a]["interval"][1] for a, _ in names}
+    for ref in (grpo_curves(load("picktwo-pilot-lr5e-6")), grpo_curves(main)):
+        got = ", ".join(f"{n} {excluded_from(upper[a], ref):.2f}x" for a, n in names)
+        assert got in text, got
+    assert "added after the data: **post hoc**) is the lower edge" in text
+    x = excluded_from(main["decision"]["intervals"]["mmr"]["interval"][1], grpo_curves(main))
+    assert f"post hoc, and {x:.2f}x on the 12 main GRPO curves" in framing()
+
+
+@pytest.mark.slow  # imports torch (the replay) and trl (its GRPOConfig default): ~15 s here
+def test_the_darling_arm_ran_the_pre_fix_rule_with_std_normalisation_on() -> None:
+    from reweighter_research.verdicts import darling_normalisation, darling_replay
+
+    rep = darling_replay(EXP / "picktwo-main" / "runs")
+    assert rep["groups"] == 600 and rep["max_dev_prefix_rule"] == 0.0
+    assert rep["max_dev_shipped_rule"] > 0.1  # the shipped rule is not what ran
+    norm = darling_normalisation()
+    assert norm["arm_scale_rewards"] is None and norm["trl_default"] == "group"
+    assert norm["std_normalised"]
+    import trl
+
+    device = (EXP / "picktwo-main" / "device.log").read_text()
+    assert f"trl {trl.__version__}\n" in device  # the default read here is the run's TRL's
+    block = framing()
+    assert f"largest difference of **0** over its {rep['groups']} groups" in block
+    assert f"differs by up to {rep['max_dev_shipped_rule']:.3f}" in block
+    assert "std normalisation on (TRL's `scale_rewards` default, `\"group\"`" in block
+    methods = " ".join((REPO / "docs" / "methods.md").read_text().split())
+    assert "turns GRPO's std normalisation off (`norm_adv_by_std_in_grpo= False`)" in methods
+    assert "pre-fix rule with GRPO's std normalisation on" in readme_summary()
+
+
+def test_power_at_each_arms_spread() -> None:
+    from reweighter_research.verdicts import t_power
+
+    delta = load("picktwo-main")["decision"]["delta_2x"]
+    power = {a: t_power(float(np.std(main_diffs(a), ddof=1)), 12, delta, 4)
+             for a in ("mmr", "grpo-passk", "dra", "darling")}
+    block, line = framing(), readme_summary()
+    assert (f"**MMR {power['mmr']:.3f}, pass@k {power['grpo-passk']:.3f}, DRA {power['dra']:.3f}, "
+            f"Darling {power['darling']:.3f}**") in block
+    assert f"{power['mmr']:.2f} (MMR) and {power['grpo-passk']:.2f} (pass@k)" in line
+    assert min(power["dra"], power["darling"]) >= 0.99
+    assert "0.99 or more for DRA and Darling" in line
+    assert max(power["mmr"], power["grpo-passk"]) < 0.8  # "not well powered"
+
+
+def test_pass_at_k_zero_signal_share() -> None:
+    from reweighter_research.verdicts import zero_signal
+
+    runs = EXP / "picktwo-main" / "runs"
+    z, g = zero_signal(runs, "grpo-passk"), zero_signal(runs, "grpo")
+    share = round(100 * z["zero"] / z["groups"])
+    assert f"**{z['zero']} of its {z['groups']} groups ({share} %)** (GRPO's: {g['zero']} of " \
+           f"{g['groups']})" in framing()
+    assert f"no signal in {share} % of its groups" in readme_summary()
+
+
+def test_what_survives_bonferroni_and_the_dra_lead() -> None:
+    from reweighter_research.verdicts import paired_p, secondary_family
+
+    main = load("picktwo-main")
+    fam = secondary_family(main["runs"], ["mmr", "dra", "darling", "grpo-passk"])
+    assert len(fam) == 16 and all(s["family"] == 16 for s in fam)
+    alive = {(s["arm"], s["metric"]): s for s in fam if s["survives"]}
+    words = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five"}
+    block = framing()
+    assert f"Bonferroni), {words[len(alive)]} survive" in block
+    assert set(alive) == {("mmr", "distinct_correct"), ("darling", "distinct_correct"),
+                          ("darling", "sample_accuracy"), ("grpo-passk", "sample_accuracy")}
+    d = alive[("mmr", "distinct_correct")], alive[("darling", "distinct_correct")]
+    assert (f"**MMR ({d[0]['mean']:+.2f}, adjusted p {d[0]['p_bonferroni']:.3f})** and "
+            f"**Darling ({d[1]['mean']:+.2f}, adjusted p {d[1]['p_bonferroni']:.3f})**") in block
+    s = alive[("darling", "sample_accuracy")], alive[("grpo-passk", "sample_accuracy")]
+    assert (f"Darling ({s[0]['mean']:+.3f}, {s[0]['p_bonferroni']:.3f}) and pass@k "
+            f"({s[1]['mean']:+.3f}, {s[1]['p_bonferroni']:.3f})") in block
+    line = readme_summary()
+    assert f"MMR {d[0]['mean']:+.2f}, Darling {d[1]['mean']:+.2f}" in line
+    assert "survives correction for 16 comparisons" in line
+    dra = main_diffs("dra")
+    p = paired_p(dra)
+    assert p < 0.05 < 4 * p  # a lead unadjusted, not after the 4 arms
+    assert (f"area {np.mean(dra):+.3f}, p = {p:.3f} paired, {4 * p:.2f} over the 4 arms"
+            in block)
+
+
+def test_the_cpu_runs_scale_claim_is_withdrawn() -> None:
+    text = " ".join((REPO / "EXPERIMENTS.md").read_text().split())
+    assert "do not depend on scale and are worth acting on" not in text
+    assert "as not depending on scale; **that claim is withdrawn** (issue 49)" in text
