@@ -311,3 +311,10 @@ def test_the_cpu_runs_scale_claim_is_withdrawn() -> None:
     text = " ".join((REPO / "EXPERIMENTS.md").read_text().split())
     assert "do not depend on scale and are worth acting on" not in text
     assert "as not depending on scale; **that claim is withdrawn** (issue 49)" in text
+
+
+def test_the_picktwo_heading_names_the_gain_not_a_speed_up() -> None:
+    delta = load("picktwo-main")["decision"]["delta_2x"]
+    head = f"no gain of a 2x speed-up's size (+{delta:.4f}) in a 135M model's learning curve"
+    assert f"## picktwo, decided (issue 31, scope restated in issues 40 and 49): {head}" in (
+        REPO / "EXPERIMENTS.md").read_text()

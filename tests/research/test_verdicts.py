@@ -104,8 +104,9 @@ def test_the_picktwo_command_prints_the_figures_the_library_recomputes() -> None
     committed curves and logs: delta_2x from the pilot's curves, each arm's interval, p, power
     at its spread and excluded speed-ups, the speed-up map, Bonferroni, zero-signal groups and
     the Darling replay."""
-    out = run_as_written("python -m reweighter_research.decision --verdicts "
-                         "experiments/picktwo-main")
+    cmd = "python -m reweighter_research.decision --verdicts experiments/picktwo-main"
+    assert f"`{cmd}`" in " ".join((REPO / "EXPERIMENTS.md").read_text().split())
+    out = run_as_written(cmd)
     main = json.loads((EXP / "picktwo-main" / "results.json").read_text())
     pilot = V.grpo_curves(json.loads((EXP / "picktwo-pilot-lr5e-6" / "results.json").read_text()))
     own = V.grpo_curves(main)
@@ -143,10 +144,12 @@ def test_the_picktwo_command_prints_the_figures_the_library_recomputes() -> None
 def test_verdicts_over_every_folder_write_nothing() -> None:
     """The command over experiments/ (every folder) leaves the tree byte-identical, and prints
     a head for every folder, a verdict or the reason there is none."""
+    cmd = "python -m reweighter_research.decision --verdicts experiments"
+    assert f"`{cmd}`" in (REPO / "EXPERIMENTS.md").read_text()  # the command EXPERIMENTS gives
     before = snapshot(EXP)
     status = subprocess.run(["git", "status", "--porcelain", "--ignored", "--", "experiments"],
                             cwd=REPO, capture_output=True, text=True, check=True).stdout
-    out = run_as_written("python -m reweighter_research.decision --verdicts experiments")
+    out = run_as_written(cmd)
     assert snapshot(EXP) == before
     assert subprocess.run(["git", "status", "--porcelain", "--ignored", "--", "experiments"],
                           cwd=REPO, capture_output=True, text=True,
