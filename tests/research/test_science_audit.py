@@ -226,6 +226,10 @@ def test_excluded_from_is_post_hoc_and_moves_with_the_reference_curves() -> None
         got = ", ".join(f"{n} {excluded_from(upper[a], ref):.2f}x" for a, n in names)
         assert got in text, got
     assert "added after the data: **post hoc**) is the lower edge" in text
+    from reweighter_research.decision import SPEEDUP_GRID
+
+    grid = f"on a {SPEEDUP_GRID[0]:.2f}x-{SPEEDUP_GRID[-1]:.2f}x grid from which on"
+    assert grid in text and f"the {SPEEDUP_GRID[0]:.2f}x-{SPEEDUP_GRID[-1]:.2f}x grid" in framing()
     x = excluded_from(main["decision"]["intervals"]["mmr"]["interval"][1], grpo_curves(main))
     assert f"post hoc, and {x:.2f}x on the 12 main GRPO curves" in framing()
 
