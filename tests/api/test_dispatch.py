@@ -65,7 +65,7 @@ INVALID: list[tuple[str, bytes]] = [
     ("/v1/reweight", json.dumps({"groups": [group()], "surprise": 1}).encode()),
     ("/v1/reweight", json.dumps({"groups": [{"rewards": ["1"], "completions": ["a"]}]}).encode()),
     ("/v1/reweight", json.dumps({"groups": [{"rewards": [True], "completions": ["a"]}]}).encode()),
-    ("/v1/reweight", json.dumps({"groups": [group()], "step": 2.0}).encode()),
+    ("/v1/reweight", json.dumps({"groups": [group()], "step": 2.5}).encode()),  # 2.0 is 2
     ("/v1/reweight", b'{"groups": [{"rewards": [NaN], "completions": ["a"]}]}'),
     ("/v1/reweight", json.dumps({"groups": [{"rewards": [1.0, 0.0],
                                              "completions": ["a"]}]}).encode()),

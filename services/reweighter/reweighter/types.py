@@ -8,10 +8,12 @@ a string into a member exactly once (`parse_name`), naming the field when it is 
 
 from __future__ import annotations
 
+import json
+import numbers
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields
 from enum import StrEnum
-from typing import Any, Literal, NotRequired, TypeVar
+from typing import Any, ClassVar, Literal, NotRequired, TypeVar
 
 from typing_extensions import TypedDict  # pydantic (FastAPI's response_model) needs it on 3.11
 
@@ -101,13 +103,19 @@ def wire(
     in_path: bool = False,
     matrix: str | None = None,
     member: MemberRole | None = None,
+    rules: Mapping[str, Any] | None = None,
 ) -> Any:
     """A field of a wire message, documented once: reweighter.wire derives the HTTP model (its
     description, `minItems` when `non_empty`, absent from answers when None and `omit_none`,
     the JSON schema named by `schema`; carried in the URL path, not the body, when `in_path`;
     a float32 matrix whose width is the field named by `matrix`: rows in JSON, one packed
     array in the proto), the client's body and the protobuf mapping from it. `member` (on
-    MemberSubmission alone) says what the field is to group assembly: see MemberRole."""
+    MemberSubmission alone) says what the field is to group assembly: see MemberRole.
+    `rules`: JSON Schema keywords its value meets (RULE_KEYWORDS), stated in /openapi.json and
+    enforced on every transport by `check_rules`, the one place they are judged."""
+    unknown = set(rules or {}) - RULE_KEYWORDS
+    if unknown:
+        raise TypeError(f"wire(rules=...): no check for {sorted(unknown)}; see RULE_KEYWORDS")
     meta = {
         "member": member,
         "doc": doc,
@@ -116,10 +124,62 @@ def wire(
         "schema": schema,
         "in_path": in_path,
         "matrix": matrix,
+        "rules": dict(rules or {}),
     }
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)
+
+
+RULE_KEYWORDS = frozenset(
+    {"const", "minLength", "maxLength", "minimum", "exclusiveMinimum", "minItems", "items"}
+)
+"""The JSON Schema keywords a field's `rules` may use: those `check_rules` enforces."""
+
+MAX_ID_CHARS = 256
+"""Longest group_id / member_id a member may give."""
+MAX_ANSWER_CHARS = 4096
+"""Longest answer string: a canonical final answer, not a completion."""
+MAX_PROMPT_KEY_CHARS = 1024
+
+_ID = {"minLength": 1, "maxLength": MAX_ID_CHARS}
+_PROMPT_KEY = {"minLength": 1, "maxLength": MAX_PROMPT_KEY_CHARS}
+_ANSWER = {"maxLength": MAX_ANSWER_CHARS}
+
+
+def check_rules(message: Any, where: str = "") -> None:
+    """Each given (not None) field of `message` against its `wire(rules=...)`: InvalidInput
+    naming the field (`where` + its name, `groups[0].` + `prompt_key`). A value of another type
+    than a keyword's is left to the engine's type checks. What a rule cannot say (one list as
+    long as another, a method's parameters) stays the engine's (reweighter.engine.checks)."""
+    for f in fields(message):
+        rules = f.metadata.get("rules")
+        value = getattr(message, f.name)
+        if rules and value is not None:
+            _meet(rules, value, where + f.name, f.name)
+
+
+def _meet(rules: Mapping[str, Any], value: Any, field: str, name: str) -> None:
+    number = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if "const" in rules and value != rules["const"]:
+        shown = json.dumps(rules["const"])
+        raise InvalidInput(f"only {name}={shown} is supported", field=field)
+    if isinstance(value, str):
+        if len(value) < rules.get("minLength", 0):
+            raise InvalidInput("must be a non-empty string", field=field)
+        if len(value) > rules.get("maxLength", len(value)):
+            raise InvalidInput(f"longer than {rules['maxLength']} characters", field=field)
+    elif number:
+        if "minimum" in rules and value < rules["minimum"]:
+            raise InvalidInput(f"must be >= {rules['minimum']}, got {value!r}", field=field)
+        if "exclusiveMinimum" in rules and value <= rules["exclusiveMinimum"]:
+            raise InvalidInput(f"must be > {rules['exclusiveMinimum']}, got {value!r}", field=field)
+    elif hasattr(value, "__len__") and not isinstance(value, Mapping):  # a list or an array
+        if len(value) < rules.get("minItems", 0):
+            raise InvalidInput(f"must have at least {rules['minItems']} item(s)", field=field)
+        for i, item in enumerate(value if "items" in rules else ()):
+            if item is not None:
+                _meet(rules["items"], item, f"{field}[{i}]", name)
 
 
 # -- the wire messages: one definition each (reweighter.wire derives HTTP, gRPC and client) --
@@ -128,6 +188,9 @@ def wire(
 @dataclass(frozen=True)
 class Group:
     """One prompt's completions. Give `completions` (texts) or `embeddings` ([G][D]), not both."""
+
+    one_of: ClassVar[tuple[str, str]] = ("completions", "embeddings")
+    """Exactly one of these is given (not null): the schema's oneOf, the engine's check."""
 
     rewards: Sequence[float] = wire("one base reward per completion", non_empty=True)
     completions: Sequence[str] | None = wire(
@@ -138,15 +201,19 @@ class Group:
         "`completions`",
         None,
         non_empty=True,
+        rules={"items": {"minItems": 1}},
     )
     id: str | None = wire("echoed back in the result", None)
     answers: Sequence[str | None] | None = wire(
         "the canonical final answer of each completion (null: none extracted): darling's "
         "classes, outcome_ucb's counted outcome, stats.distinct_answers",
         None,
+        rules={"items": _ANSWER},
     )
     prompt_key: str | None = wire(
-        "a stable key of the group's prompt across steps (outcome_ucb's memory)", None
+        "a stable key of the group's prompt across steps (outcome_ucb's memory)",
+        None,
+        rules=_PROMPT_KEY,
     )
     quality: Sequence[float] | None = wire(
         "the quality part of each completion's reward (e.g. its correctness term), one per "
@@ -172,11 +239,14 @@ class ReweightRequest:
         "advantage estimator computed after reweighting", AdvantageKind.NONE
     )
     advantage_params: Mapping[str, Any] = wire(
-        "the estimator's parameters (pass_at_k: k, success_threshold)", factory=dict
+        "the estimator's parameters (pass_at_k: k, success_threshold)",
+        factory=dict,
+        schema="advantage_params",
     )
     step: int | None = wire(
         "the trainer's global step (outcome_ucb's memory counts once per (prompt_key, step))",
         None,
+        rules={"minimum": 0},
     )
 
 
@@ -216,16 +286,15 @@ class ReweightResult:
 class EmbedRequest:
     """Texts to embed with the service's encoder (TEI's conventions: one text or a list)."""
 
-    inputs: Sequence[str] | str = wire("texts (or one text)")
-    normalize: bool = wire("only true is supported: vectors are unit length", True)
+    inputs: Sequence[str] | str = wire("texts (or one text)", non_empty=True)
+    normalize: bool = wire(
+        "only true is supported: the encoder returns unit vectors", True, rules={"const": True}
+    )
 
     def texts(self) -> list[str]:
-        """The texts to encode; `normalize=false` is refused naming the field."""
-        if self.normalize is False:
-            raise InvalidInput(
-                "only normalize=true is supported: the encoder returns unit vectors",
-                field="normalize",
-            )
+        """The texts to encode; the fields' rules met first (`normalize=false` is refused
+        naming the field)."""
+        check_rules(self)
         return [self.inputs] if isinstance(self.inputs, str) else list(self.inputs)
 
 
@@ -263,13 +332,18 @@ class MemberSubmission:
     in, so the answer never depends on arrival order. Give `completion` or `embedding`.
     """
 
-    group_id: str = wire("the group", in_path=True, member="key")
-    member_id: str = wire("unique in the group; sets the group's order", member="key")
-    group_size: int = wire("distinct members that make the group whole", member="shared")
+    one_of: ClassVar[tuple[str, str]] = ("completion", "embedding")
+    """Exactly one of these is given (not null): the schema's oneOf, the engine's check."""
+
+    group_id: str = wire("the group", in_path=True, member="key", rules=_ID)
+    member_id: str = wire("unique in the group; sets the group's order", member="key", rules=_ID)
+    group_size: int = wire(
+        "distinct members that make the group whole", member="shared", rules={"minimum": 1}
+    )
     reward: float = wire("the member's base reward", member="payload")
     completion: str | None = wire("the completion; or give `embedding`", None, member="payload")
     embedding: Sequence[float] | None = wire(
-        "a precomputed vector (or a [D] array)", None, member="payload"
+        "a precomputed vector (or a [D] array)", None, member="payload", rules={"minItems": 1}
     )
     method: Method | str = wire(
         "reweighting method (see GET /v1/info)", DEFAULT_METHOD, member="shared"
@@ -284,7 +358,10 @@ class MemberSubmission:
         "advantage estimator computed after reweighting", AdvantageKind.NONE, member="shared"
     )
     timeout_s: float | None = wire(
-        "seconds to wait for the group; server default and cap if absent/over", None, member="call"
+        "seconds to wait for the group; server default and cap if absent/over",
+        None,
+        member="call",
+        rules={"exclusiveMinimum": 0},
     )
     """None: the server default (`assembly_timeout_s`); capped at `assembly_max_timeout_s`."""
     reuse_ids: bool = wire(
@@ -301,22 +378,26 @@ class MemberSubmission:
         "counted outcome, stats.distinct_answers",
         None,
         member="payload",
+        rules=_ANSWER,
     )
     advantage_params: Mapping[str, Any] = wire(
         "as /v1/reweight (pass_at_k: k, success_threshold); the same for every member",
         factory=dict,
+        schema="advantage_params",
         member="shared",
     )
     step: int | None = wire(
         "the trainer's global step, as /v1/reweight (outcome_ucb); the same for every member",
         None,
         member="shared",
+        rules={"minimum": 0},
     )
     prompt_key: str | None = wire(
         "a stable key of the group's prompt across steps (outcome_ucb's memory); the same for "
         "every member",
         None,
         member="shared",
+        rules=_PROMPT_KEY,
     )
     quality: float | None = wire(
         "the quality part of the member's reward (as groups[].quality of /v1/reweight: the "

@@ -21,7 +21,15 @@ from ..errors import InvalidInput, LimitExceeded
 from ..limits import Limits
 from ..methods import MethodSpec, get_method
 from ..methods.estimators import EstimatorSpec, get_estimator
-from ..types import AdvantageKind, MemberSubmission, ReweightRequest
+from ..types import (
+    MAX_ANSWER_CHARS,  # noqa: F401 - its old place: callers may import it from here
+    MAX_ID_CHARS,  # noqa: F401
+    MAX_PROMPT_KEY_CHARS,  # noqa: F401
+    AdvantageKind,
+    MemberSubmission,
+    ReweightRequest,
+    check_rules,
+)
 
 
 @dataclass(frozen=True)
@@ -109,6 +117,7 @@ def _check_settings(message: ReweightRequest | MemberSubmission) -> _Settings:
 
 
 def check_request(request: ReweightRequest, limits: Limits) -> Checked:
+    check_rules(request)
     settings = _check_settings(request)
     spec, params, kind = settings.spec, settings.params, settings.kind
     adv_params, memory, step = settings.adv_params, settings.memory, settings.step
@@ -128,6 +137,7 @@ def check_request(request: ReweightRequest, limits: Limits) -> Checked:
     chars = 0
     for gi, g in enumerate(groups):
         where = f"groups[{gi}]"
+        check_rules(g, f"{where}.")
         r = _check_rewards(g.rewards, f"{where}.rewards")
         if len(r) > limits.max_group_size:
             raise LimitExceeded(
@@ -142,13 +152,13 @@ def check_request(request: ReweightRequest, limits: Limits) -> Checked:
         if memory:
             if key is None:
                 raise InvalidInput(
-                    f"method {spec.name!r} needs a prompt_key per group (a stable key of the "
+                    f"method {str(spec.name)!r} needs a prompt_key per group (a stable key of the "
                     "prompt across steps)",
                     field=f"{where}.prompt_key",
                 )
             if a is None:
                 raise InvalidInput(
-                    f"method {spec.name!r} needs the group's answers (one string or null per "
+                    f"method {str(spec.name)!r} needs the group's answers (one string or null per "
                     "completion)",
                     field=f"{where}.answers",
                 )
@@ -157,7 +167,7 @@ def check_request(request: ReweightRequest, limits: Limits) -> Checked:
         )
         answers.append(a)
         keys.append(key)
-        if _texts_given(g.completions, g.embeddings, "completions or embeddings", where):
+        if _first_given(g, where):
             c = _check_completions(g.completions, len(r), f"{where}.completions")
             chars += sum(len(t) for t in c)
             texts.append(c)
@@ -184,11 +194,6 @@ def check_request(request: ReweightRequest, limits: Limits) -> Checked:
     )
 
 
-MAX_ANSWER_CHARS = 4096
-"""Longest answer string: a canonical final answer, not a completion."""
-MAX_PROMPT_KEY_CHARS = 1024
-
-
 def check_advantage_params(spec: EstimatorSpec, given: Any, method: str) -> BaseModel:
     """The estimator's parameters (field "advantage_params.<name>") by its catalogue entry
     (methods/estimators.py), and whether it goes with `method` (field "advantages")."""
@@ -209,7 +214,7 @@ def check_advantage_params(spec: EstimatorSpec, given: Any, method: str) -> Base
         loc = ".".join(str(p) for p in first.get("loc", ()))
         takes = ", ".join(model.model_fields) or "no parameters"
         raise InvalidInput(
-            f"{first['msg']} (advantage kind {spec.name!r} takes: {takes})",
+            f"{first['msg']} (advantage kind {str(spec.name)!r} takes: {takes})",
             field=f"advantage_params.{loc}" if loc else "advantage_params",
         ) from e
 
@@ -234,7 +239,7 @@ def _check_step(value: Any, *, required: bool, method: str) -> int | None:
                 field="step",
             )
         return None
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):  # >= 0: its rule
         raise InvalidInput(f"must be an integer >= 0, got {value!r}", field="step")
     return int(value)
 
@@ -242,22 +247,18 @@ def _check_step(value: Any, *, required: bool, method: str) -> int | None:
 def _check_prompt_key(value: Any, field: str) -> str | None:
     if value is None:
         return None
-    if not isinstance(value, str) or not value:
+    if not isinstance(value, str):  # its length: its rule (types.check_rules)
         raise InvalidInput("must be a non-empty string", field=field)
-    if len(value) > MAX_PROMPT_KEY_CHARS:
-        raise InvalidInput(f"longer than {MAX_PROMPT_KEY_CHARS} characters", field=field)
     _check_unicode(value, field)
     return value
 
 
 def _check_answer(value: Any, field: str) -> str | None:
-    """One answer: a string (bounded, valid Unicode) or None."""
+    """One answer: a string (valid Unicode; its length bound is its rule) or None."""
     if value is None:
         return None
     if not isinstance(value, str):
         raise InvalidInput(f"must be a string or null, got {type(value).__name__}", field=field)
-    if len(value) > MAX_ANSWER_CHARS:
-        raise InvalidInput(f"longer than {MAX_ANSWER_CHARS} characters", field=field)
     _check_unicode(value, field)
     return value
 
@@ -271,10 +272,6 @@ def _check_answers(values: Any, n: int, field: str) -> list[str | None] | None:
     if len(values) != n:
         raise InvalidInput(f"has {len(values)} items but rewards has {n}", field=field)
     return [_check_answer(a, f"{field}[{i}]") for i, a in enumerate(values)]
-
-
-MAX_ID_CHARS = 256
-"""Longest group_id / member_id a member may give."""
 
 
 @dataclass(frozen=True)
@@ -311,14 +308,12 @@ def check_member(
 
     What only the whole group can show (its total characters, a result that overflows) is
     checked when the group is reweighted."""
+    check_rules(member)  # the ids' lengths, group_size >= 1, timeout_s > 0, ...
     for name in ("group_id", "member_id"):
-        value = getattr(member, name)
-        if not isinstance(value, str) or not value:
+        if not isinstance(getattr(member, name), str):
             raise InvalidInput("must be a non-empty string", field=name)
-        if len(value) > MAX_ID_CHARS:
-            raise InvalidInput(f"longer than {MAX_ID_CHARS} characters", field=name)
     size = member.group_size
-    if isinstance(size, bool) or not isinstance(size, int | np.integer) or size < 1:
+    if isinstance(size, bool) or not isinstance(size, int | np.integer):
         raise InvalidInput("must be a positive integer", field="group_size")
     if size > limits.max_group_size:
         raise LimitExceeded(
@@ -327,7 +322,7 @@ def check_member(
     timeout = default_timeout_s if member.timeout_s is None else member.timeout_s
     if isinstance(timeout, bool) or not isinstance(timeout, int | float | np.floating):
         raise InvalidInput("must be a number of seconds", field="timeout_s")
-    if not math.isfinite(timeout) or timeout <= 0:
+    if not math.isfinite(timeout):  # > 0: its rule
         raise InvalidInput("must be a positive number of seconds", field="timeout_s")
     settings = _check_settings(member)
     spec, params, kind = settings.spec, settings.params, settings.kind
@@ -336,13 +331,13 @@ def check_member(
     prompt_key = _check_prompt_key(member.prompt_key, "prompt_key")
     if memory and prompt_key is None:
         raise InvalidInput(
-            f"method {spec.name!r} needs the group's prompt_key (a stable key of the prompt "
+            f"method {str(spec.name)!r} needs the group's prompt_key (a stable key of the prompt "
             "across steps), the same in every member",
             field="prompt_key",
         )
     reward = _check_number(member.reward, "reward")
     text, vector = None, None
-    if _texts_given(member.completion, member.embedding, "completion or embedding", "completion"):
+    if _first_given(member, "completion"):
         text = member.completion
         if not isinstance(text, str):
             raise InvalidInput("must be a string", field="completion")
@@ -389,6 +384,14 @@ def _texts_given(texts: Any, vectors: Any, what: str, field: str) -> bool:
     return texts is not None
 
 
+def _first_given(message: Any, field: str) -> bool:
+    """Whether the first of the message's `one_of` pair (types: Group, MemberSubmission) was
+    given, when exactly one of the two was."""
+    first, second = type(message).one_of
+    a, b = getattr(message, first), getattr(message, second)
+    return _texts_given(a, b, f"{first} or {second}", field)
+
+
 def _within(n: int, limit: int, what: str, field: str) -> None:
     if n > limit:
         raise LimitExceeded(f"{n} {what} exceed the limit of {limit}", field=field)
@@ -411,8 +414,9 @@ def _check_params(method: str, model: type[BaseModel], given: Any) -> BaseModel:
     except ValidationError as e:
         first = e.errors()[0]
         names = [f.alias or name for name, f in model.model_fields.items()]
+        takes = ", ".join(names) or "no parameters"
         raise InvalidInput(
-            f"{first['msg']} (method {method!r} takes: {', '.join(names) or 'no parameters'})",
+            f"{first['msg']} (method {str(method)!r} takes: {takes})",
             field=_param_field(first),
         ) from e
 
@@ -495,10 +499,8 @@ def _check_embeddings(values: Any, n: int, field: str) -> np.ndarray:
             "must be a list of equal-length lists of numbers (one vector per completion)",
             field=field,
         )
-    if arr.shape[0] != n:
+    if arr.shape[0] != n:  # a vector's one dimension at least: its rule (types.check_rules)
         raise InvalidInput(f"has {arr.shape[0]} vectors but rewards has {n}", field=field)
-    if arr.shape[1] == 0:
-        raise InvalidInput("vectors must have at least one dimension", field=field)
     _check_rows(arr, lambda j: f"{field}[{j}]")
     return arr
 
@@ -511,10 +513,8 @@ def _check_vector(values: Any, field: str) -> np.ndarray:
         raise InvalidInput("has a number out of range for a float", field=field) from None
     except (TypeError, ValueError) as e:
         raise InvalidInput("must be a list of numbers", field=field) from e
-    if arr.ndim != 1:
+    if arr.ndim != 1:  # one dimension at least: its rule (types.check_rules)
         raise InvalidInput("must be a list of numbers (one vector)", field=field)
-    if arr.shape[0] == 0:
-        raise InvalidInput("must have at least one dimension", field=field)
     _check_rows(arr[None, :], lambda _: field)
     return arr
 

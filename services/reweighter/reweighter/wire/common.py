@@ -29,6 +29,13 @@ def _default(f: Field) -> Any:
     return MISSING
 
 
+def rules_of(cls: type, name: str) -> dict[str, Any]:
+    """The `wire(rules=...)` of a message's field: JSON Schema keywords, for a schema that
+    states the field apart from its message's model (a path parameter)."""
+    (f,) = [f for f in fields(cls) if f.name == name]
+    return dict(f.metadata.get("rules") or {})
+
+
 def has_default(f: Field) -> bool:
     return f.default is not MISSING or f.default_factory is not MISSING
 

@@ -4,9 +4,12 @@
 `model(Message, inbound)` builds a message's model from its dataclass fields: requests (inbound)
 check the wire format only (strict types, no unknown keys, non-empty lists where documented);
 every rule about meaning (lengths, limits, method names, parameters) lives in the engine, so
-HTTP and gRPC reject the same requests with the same messages. The method and advantage names
-are published as enums so generated clients see the choices. `to_engine`, `answer` and `body`
-are the three conversions, for every message.
+HTTP and gRPC reject the same requests with the same messages. What a schema can say of those
+rules it says: a field's `wire(rules=...)` (const, minLength, minimum, ...) and a message's
+`one_of` (exactly one of two fields given) are written into the request's JSON schema here,
+and judged by the engine (`reweighter.types.check_rules`), never by pydantic. The method and
+advantage names are published as enums so generated clients see the choices. `to_engine`,
+`answer` and `body` are the three conversions, for every message.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Annotated, Any, TypeVar, Union, get_args, get_origin, get_typ
 import numpy as np
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     GetJsonSchemaHandler,
@@ -33,6 +37,7 @@ from pydantic import (
 
 from ..errors import ReweighterError, error_from
 from ..methods.catalog import CATALOG, method_names
+from ..methods.estimators import ESTIMATORS
 from ..types import (
     AdvantageKind,
     EmbedRequest,
@@ -60,6 +65,17 @@ class _MethodSchema:
         return {"type": "string", "enum": method_names(), "description": doc}
 
 
+def _whole(value: Any) -> Any:
+    """A float with no fraction (8.0) as the integer it is: JSON Schema's `integer` is any
+    number without a fraction, so a schema-valid 8.0 is taken; 8.5 is still refused."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+WholeInt = Annotated[StrictInt, BeforeValidator(_whole)]
+"""A JSON integer, as JSON Schema reads one: strict (no "8", no true), 8.0 taken as 8."""
+
 MethodName = Annotated[StrictStr, _MethodSchema()]
 AdvantageName = Annotated[
     StrictStr, WithJsonSchema({"type": "string", "enum": [m.value for m in AdvantageKind]})
@@ -74,7 +90,18 @@ def _method_params(schema: dict[str, Any]) -> None:
     ]
 
 
-SCHEMAS: dict[str, Callable[[dict[str, Any]], None]] = {"method_params": _method_params}
+def _advantage_params(schema: dict[str, Any]) -> None:
+    """`advantage_params` as one of the estimators' parameter schemas."""
+    schema["anyOf"] = [
+        {**spec.params_model.model_json_schema(by_alias=True), "title": str(name)}
+        for name, spec in ESTIMATORS.items()
+    ]
+
+
+SCHEMAS: dict[str, Callable[[dict[str, Any]], None]] = {
+    "method_params": _method_params,
+    "advantage_params": _advantage_params,
+}
 """The JSON schemas a field names with `wire(schema=...)`."""
 _NON_EMPTY: dict[str, Any] = {"minItems": 1}  # documented; the engine still judges
 _IN = ConfigDict(extra="forbid", alias_generator=wire_name, populate_by_name=True)
@@ -97,8 +124,9 @@ def model(cls: type, inbound: bool) -> type[BaseModel]:
         if inbound and meta.get("in_path"):
             continue
         kw: dict[str, Any] = {"description": meta.get("doc")}
-        if meta.get("schema"):
-            kw["json_schema_extra"] = SCHEMAS[meta["schema"]]
+        extra = _field_schema(meta.get("schema"), meta.get("rules") if inbound else None)
+        if extra is not None:
+            kw["json_schema_extra"] = extra
         if f.default is not dataclasses.MISSING:
             kw["default"] = f.default.value if isinstance(f.default, StrEnum) else f.default
         elif f.default_factory is not dataclasses.MISSING:
@@ -110,10 +138,50 @@ def model(cls: type, inbound: bool) -> type[BaseModel]:
     base = cls.__name__.removesuffix("Request").removesuffix("Submission").removesuffix("Result")
     doc = cls.__doc__ if cls.__doc__ and not cls.__doc__.startswith(f"{cls.__name__}(") else None
     name, config = (base + "In", _IN) if inbound else (base + "Out", _OUT)
+    one_of = getattr(cls, "one_of", None)
+    if inbound and one_of:
+        config = ConfigDict(**config, json_schema_extra=_one_of(one_of))  # type: ignore[typeddict-item]
     built = create_model(name, __config__=config, __doc__=doc, **spec)  # type: ignore[call-overload]
     _MODELS[(cls, inbound)] = built
     _SOURCE[built] = cls
     return built
+
+
+def _field_schema(
+    named: str | None, rules: Mapping[str, Any] | None
+) -> Callable[[dict[str, Any]], None] | None:
+    """A field's additions to its JSON schema: the schema `wire(schema=...)` names, and its
+    `rules` as they are (JSON Schema keywords; on an optional field they sit beside its
+    anyOf, where they constrain only a value of their own type)."""
+    if not named and not rules:
+        return None
+
+    def edit(schema: dict[str, Any]) -> None:
+        if named:
+            SCHEMAS[named](schema)
+        if rules:
+            schema.update(rules)
+
+    return edit
+
+
+def _one_of(names: Sequence[str]) -> Callable[[dict[str, Any]], None]:
+    """A message's `one_of` as its schema's oneOf: exactly one of the fields given, as a value
+    of its own type (a null is not given)."""
+
+    def edit(schema: dict[str, Any]) -> None:
+        props = schema.get("properties", {})
+        schema["oneOf"] = [
+            {"required": [name], "properties": {name: _not_null(props[name])}} for name in names
+        ]
+
+    return edit
+
+
+def _not_null(prop: dict[str, Any]) -> dict[str, Any]:
+    """A property's schema without its null branch: what a given field must be."""
+    branches = [b for b in prop.get("anyOf", ()) if b.get("type") != "null"]
+    return branches[0] if len(branches) == 1 else {"anyOf": branches} if branches else prop
 
 
 def _is_none(value: Any) -> bool:
@@ -143,7 +211,7 @@ def _type(hint: Any, inbound: bool, non_empty: bool = False) -> Any:
         return model(hint, inbound)  # type: ignore[arg-type]
     if isinstance(hint, type) and issubclass(hint, StrEnum):
         return hint
-    plain = {float: (Number, float), int: (StrictInt, int), str: (StrictStr, str)}
+    plain = {float: (Number, float), int: (WholeInt, int), str: (StrictStr, str)}
     plain[bool] = (StrictBool, bool)
     if hint in plain:
         return plain[hint][0 if inbound else 1]

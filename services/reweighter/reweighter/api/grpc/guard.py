@@ -1,5 +1,6 @@
 """A gRPC interceptor that answers request bytes which do not parse as the declared message with
-INVALID_ARGUMENT, as any other bad input, instead of grpc's UNKNOWN naming a DecodeError."""
+INVALID_ARGUMENT, as any other bad input (an InvalidInput: its type in the trailing metadata),
+instead of grpc's UNKNOWN naming a DecodeError."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ from collections.abc import Callable
 from typing import Any
 
 import grpc
+
+from ...errors import InvalidInput
+from .servicer import abort
 
 
 class _Undecodable:
@@ -29,8 +33,8 @@ def _tolerant(parse: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | 
     return tolerant
 
 
-def _refusal(bad: _Undecodable) -> str:
-    return f"the request is not a valid protobuf message of this method: {bad.error}"
+def _refusal(bad: _Undecodable) -> InvalidInput:
+    return InvalidInput(f"the request is not a valid protobuf message of this method: {bad.error}")
 
 
 class DecodeGuard(grpc.aio.ServerInterceptor):
@@ -51,7 +55,7 @@ class DecodeGuard(grpc.aio.ServerInterceptor):
 
             async def unary(request: Any, context: Any) -> Any:
                 if isinstance(request, _Undecodable):
-                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, _refusal(request))
+                    await abort(context, _refusal(request))
                 return await inner(request, context)
 
             return handler._replace(unary_unary=unary, request_deserializer=tolerant)
@@ -71,7 +75,7 @@ class DecodeGuard(grpc.aio.ServerInterceptor):
                 async for answer in streamed(decoded(), context):
                     yield answer
                 if bad:
-                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, _refusal(bad[0]))
+                    await abort(context, _refusal(bad[0]))
 
             return handler._replace(stream_stream=stream, request_deserializer=tolerant)
         return handler

@@ -14,6 +14,7 @@ import json
 import time
 from collections.abc import Sequence
 from pathlib import PurePosixPath
+from typing import Any
 
 from fastapi import APIRouter
 from fastapi.responses import Response
@@ -22,11 +23,37 @@ from ...config import Settings
 from ...engine.surface import EngineSurface
 from ...errors import InvalidInput, ModelNotFound, ReweighterError
 from ...types import EmbedResult
-from ...wire.openai import EmbeddingsIn, EmbeddingsOut, ModelOut, ModelsOut, embeddings_body
+from ...wire.openai import (
+    EmbeddingsIn,
+    EmbeddingsOut,
+    ModelOut,
+    ModelsOut,
+    OpenAIErrorOut,
+    embeddings_body,
+)
 from ..metrics import Metrics
 from .dispatch import v1_router
 
 _STARTED = int(time.time())
+
+OPENAI_RESPONSES: dict[int | str, dict[str, Any]] = {
+    code: {"model": OpenAIErrorOut, "description": desc}
+    for code, desc in {
+        400: "invalid input (OpenAI answers bad input with 400; `param` names it), or a body "
+        "that could not be read",
+        401: "missing or wrong API key (`code`: invalid_api_key)",
+        404: "a model this service does not serve (`code`: model_not_found)",
+        405: "the path does not take this method (`Allow` names those it takes)",
+        408: "the request's head or body was not sent in time (the connection layer)",
+        413: "over the configured limits",
+        429: "overloaded; retry with backoff (`Retry-After`)",
+        503: "the model is still loading; retry",
+        504: "the request's x-request-timeout passed, or its client went away, before it was "
+        "computed",
+    }.items()
+}
+"""What the OpenAI routes answer besides their success, in OpenAI's error shape (never 422: bad
+input is 400 there). Given here, not inherited from /v1's ERROR_RESPONSES (our shape)."""
 
 
 def served_model(engine: EngineSurface, settings: Settings) -> str:
@@ -66,7 +93,7 @@ async def _aembed(engine: EngineSurface, texts: list[str]) -> EmbedResult:
 
 def build_openai_router(engine: EngineSurface, settings: Settings, metrics: Metrics) -> APIRouter:
     """Routes relative to the `/v1` router they are included in."""
-    router = v1_router(tags=["openai"])
+    router = v1_router(tags=["openai"], responses=OPENAI_RESPONSES)
 
     @router.post("/embeddings", response_model=EmbeddingsOut)
     async def embeddings(body: EmbeddingsIn) -> Response:

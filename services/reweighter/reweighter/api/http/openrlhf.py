@@ -44,6 +44,7 @@ from ...assembly.openrlhf import Rounds, Seat
 from ...config import OpenRLHFSettings
 from ...engine.checks import check_method
 from ...errors import InvalidInput, NotReady, Unauthenticated
+from ...methods import get_method
 from ...methods.catalog import method_names
 from ...tenancy import Tenant, Tenants, current_tenant
 from ...types import DEFAULT_METHOD
@@ -185,7 +186,7 @@ def build_openrlhf_router(
         router.add_api_route(
             path, route.reward, methods=["POST"], response_model=OpenRLHFRewardOut,
             responses=_RESPONSES, summary="OpenRLHF remote reward (--reward.remote_url)",
-            openapi_extra={"parameters": _parameters(path)},
+            openapi_extra={"parameters": _parameters(path, settings.n)},
         )  # fmt: skip
     return router
 
@@ -341,20 +342,22 @@ def _raw(seat: Seat | None, reward: float, rnd: int) -> MemberResult:
     )  # fmt: skip
 
 
-def _parameters(path: str) -> list[dict[str, Any]]:
+def _parameters(path: str, n_default: int | None = None) -> list[dict[str, Any]]:
     """The route's parameters as the document states them: `n` (read by `_group_size`, not
-    declared on the endpoint, which takes the body whole), and the path's token."""
+    declared on the endpoint, which takes the body whole; required unless the service sets
+    one), the method and its parameters (the catalogue's, one query key each), and the path's
+    token."""
     how = [
         {"name": "method", "in": "query", "required": False,
          "schema": {"type": "string", "enum": method_names()},
          "description": "the reweighting method (default: dra)"},
         {"name": "params", "in": "query", "required": False, "style": "form", "explode": True,
-         "schema": {"type": "object", "additionalProperties": True},
+         "schema": _query_params(),
          "description": "the method's parameters, one query key each (`&lambda=0.5`); "
          "GET /v1/info lists each method's"},
     ]  # fmt: skip
     n = {
-        "name": "n", "in": "query", "required": False,
+        "name": "n", "in": "query", "required": n_default is None,
         "schema": {"type": "integer", "minimum": 1},
         "description": "--rollout.n_samples_per_prompt (the group size); required unless the "
         "service sets --openrlhf-n",
@@ -366,6 +369,21 @@ def _parameters(path: str) -> list[dict[str, Any]]:
         "description": "the service's --openrlhf-token, or a tenant's openrlhf_token",
     }  # fmt: skip
     return [n, *how, token]
+
+
+def _query_params() -> dict[str, Any]:
+    """Every catalogue method's parameters as one object of scalars (a query key each); which
+    of them the chosen method takes is the engine's rule (a key of another method is a 422
+    naming it): a schema of one object cannot tie keys to `?method=`."""
+    seen: dict[str, list[dict[str, Any]]] = {}
+    for name in method_names():
+        schema = get_method(name).params_model.model_json_schema(by_alias=True)
+        for key, prop in schema.get("properties", {}).items():
+            prop = {k: v for k, v in prop.items() if k not in ("default", "title")}
+            if key not in _NOT_PARAMS and prop not in seen.setdefault(key, []):
+                seen[key].append(prop)
+    props = {k: ps[0] if len(ps) == 1 else {"anyOf": ps} for k, ps in seen.items()}
+    return {"type": "object", "properties": props, "additionalProperties": False}
 
 
 _NOT_PARAMS = frozenset({"n", "method"})

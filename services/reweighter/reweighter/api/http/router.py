@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Path, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
 
@@ -26,8 +26,9 @@ from ...config import Settings
 from ...engine.surface import EngineSurface
 from ...errors import NotReady
 from ...tenancy import current_tenant
-from ...types import EngineInfo
+from ...types import EngineInfo, MemberSubmission
 from ...wire.calls import CALLS, Call
+from ...wire.common import rules_of
 from ...wire.http import (
     EmbedIn,
     EmbedOut,
@@ -45,22 +46,34 @@ from .dashboard import build_dashboard_data, build_dashboard_page
 from .dispatch import v1_router
 from .openai import build_openai_router
 
+CONNECTION_RESPONSES: dict[int | str, dict[str, Any]] = {
+    408: {"model": ErrorOut, "description": "Timeout: the request's head or body was not sent "
+          "in time (the connection layer, connections.py, before the app)"},
+    429: {"model": ErrorOut, "description": "Overloaded: no room for another connection (the "
+          "connection layer), or too much queued; retry with backoff (`Retry-After`)"},
+}  # fmt: skip
+"""What the connection layer may answer any request, whatever its path: every operation
+documents them."""
+
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorOut, "description": desc}
-    for code, desc in {
-        400: "the body could not be read as text (not UTF-8)",
-        401: "missing or wrong API key",
-        405: "the path does not take this method (`Allow` names those it takes)",
-        413: "over the configured limits",
-        422: "invalid input; `field` names it",
-        429: "overloaded; retry with backoff",
-        503: "the model is still loading; retry",
-        504: "the request's x-request-timeout passed, or its client went away, before it was "
-        "computed",
-    }.items()
+    **CONNECTION_RESPONSES,
+    **{
+        code: {"model": ErrorOut, "description": desc}
+        for code, desc in {
+            400: "the body could not be read: not JSON, or not UTF-8",
+            401: "missing or wrong API key",
+            405: "the path does not take this method (`Allow` names those it takes)",
+            413: "over the configured limits (the body's size, or a count or length within "
+            "it: `field` names it)",
+            422: "invalid input; `field` names it",
+            503: "the model is still loading; retry",
+            504: "the request's x-request-timeout passed, or its client went away, before it "
+            "was computed",
+        }.items()
+    },
 }
-"""What any /v1 operation may answer besides its success: every status the edge and the engine
-can give it (the connection layer's 408 and 429 come before there is an operation)."""
+"""What any /v1 operation may answer besides its success: every status the connection layer,
+the edge and the engine can give it (a route adds its own: 404, 409, 502)."""
 
 
 _MEMBER_ERRORS: dict[int | str, dict[str, Any]] = {
@@ -73,6 +86,13 @@ _MEMBER_ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
+GroupId = Annotated[
+    str, Path(description="the group", json_schema_extra=rules_of(MemberSubmission, "group_id"))
+]
+"""The member route's path parameter, its rules stated as its message's field states them
+(documented only: the engine judges them, as for every transport)."""
+
+
 def build_router(
     engine: EngineSurface,
     settings: Settings,
@@ -81,7 +101,7 @@ def build_router(
 ) -> APIRouter:
     """The app's routes: health, the dashboard page, and /v1 (its caller admitted before:
     admission.py)."""
-    health = APIRouter(tags=["health"])
+    health = APIRouter(tags=["health"], responses=CONNECTION_RESPONSES)
     api = v1_router(prefix="/v1", responses=ERROR_RESPONSES)
 
     def probe(path: str, response: Response) -> StatusOut:
@@ -129,7 +149,7 @@ def build_router(
 
     # group ids may hold "/" (sent percent-encoded; the path is decoded before routing)
     @api.post("/groups/{group_id:path}/members", response_model=MemberOut, responses=_MEMBER_ERRORS)
-    async def submit_member(group_id: str, body: MemberIn) -> MemberOut:
+    async def submit_member(group_id: GroupId, body: MemberIn) -> MemberOut:
         """Add one member to its group and wait until the group is whole (or the member's
         timeout passes); the answer equals /v1/reweight on the group in member_id order."""
         with metrics.track("http", "members", body.method):
@@ -138,13 +158,14 @@ def build_router(
             sub = to_engine(body, group_id=group_id)
             return answer(await assembler.submit(sub))  # type: ignore[return-value]
 
-    api.include_router(build_openai_router(engine, settings, metrics))
     api.include_router(build_dashboard_data(engine, metrics))
 
     router = APIRouter()
     router.include_router(health)
     router.include_router(build_dashboard_page())
     router.include_router(api)
+    # under /v1 but not under `api`: its errors are OpenAI's shape and codes (its own responses)
+    router.include_router(build_openai_router(engine, settings, metrics), prefix="/v1")
     return router
 
 
