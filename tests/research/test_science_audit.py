@@ -221,16 +221,30 @@ def test_excluded_from_is_post_hoc_and_moves_with_the_reference_curves() -> None
     main = load("picktwo-main")
     text = " ".join((REPO / "EXPERIMENTS.md").read_text().split())
     names = (("mmr", "MMR"), ("dra", "DRA"), ("darling", "Darling"), ("grpo-passk", "pass@k"))
+    from reweighter_research.verdicts import speedup_map
+
+    def lower_edge(upper: float, m: dict) -> float:
+        """The smallest grid x from which on every gain exceeds `upper` (excluded_from's
+        definition, read off one computed map rather than once per arm)."""
+        x = None
+        for g, gain in zip(reversed(m["grid"]), reversed(m["gains"]), strict=True):
+            if gain <= upper:
+                break
+            x = g
+        return x
+
     upper = {a: main["decision"]["intervals"][a]["interval"][1] for a, _ in names}
     for ref in (grpo_curves(load("picktwo-pilot-lr5e-6")), grpo_curves(main)):
-        got = ", ".join(f"{n} {excluded_from(upper[a], ref):.2f}x" for a, n in names)
+        m = speedup_map(ref, 0.0)
+        got = ", ".join(f"{n} {lower_edge(upper[a], m):.2f}x" for a, n in names)
         assert got in text, got
+        assert lower_edge(upper["mmr"], m) == excluded_from(upper["mmr"], ref)
     assert "added after the data: **post hoc**) is the lower edge" in text
     from reweighter_research.decision import SPEEDUP_GRID
 
     grid = f"on a {SPEEDUP_GRID[0]:.2f}x-{SPEEDUP_GRID[-1]:.2f}x grid from which on"
     assert grid in text and f"the {SPEEDUP_GRID[0]:.2f}x-{SPEEDUP_GRID[-1]:.2f}x grid" in framing()
-    x = excluded_from(main["decision"]["intervals"]["mmr"]["interval"][1], grpo_curves(main))
+    x = lower_edge(upper["mmr"], m)  # the main runs' curves: the loop's last map
     assert f"post hoc, and {x:.2f}x on the 12 main GRPO curves" in framing()
 
 
