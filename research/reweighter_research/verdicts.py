@@ -440,6 +440,14 @@ def verdicts(folder: Path | str) -> list[dict[str, Any]]:
             out.append({**gate_verdicts(gate), "file": str(gate.relative_to(folder))})
     if (folder / "groups_gap.json").is_file():
         out.append(groups_gap_verdicts(folder / "groups_gap.json"))
+    prereg = [f for f in ("PREREGISTRATION.md", "PREREGISTERED") if (folder / f).is_file()]
+    if not out and prereg and results is None:
+        out.append(
+            {
+                "kind": "pre-registered, no data",
+                "note": f"not run: {' and '.join(prereg)} here, no results.json: no verdict",
+            }
+        )
     if not out:
         out.append(
             {
@@ -453,12 +461,26 @@ def verdicts(folder: Path | str) -> list[dict[str, Any]]:
     return out
 
 
+MARKERS = (
+    "results.json",
+    "gate.json",
+    "groups_gap.json",
+    "pilot.json",
+    "PREREGISTERED",
+    "PREREGISTRATION.md",
+    "runs",
+)
+"""What makes a folder an experiment's (any one of them) rather than a folder of experiments."""
+
+
 def folders(path: Path | str) -> list[Path]:
-    """`path` itself when it is an experiment folder, else its subfolders (experiments/)."""
+    """`path` itself when it is an experiment folder (it holds one of MARKERS, or no folder),
+    else its subfolders (experiments/)."""
     path = Path(path)
-    if any((path / f).is_file() for f in ("results.json", "gate.json")):
+    subs = sorted(p for p in path.iterdir() if p.is_dir())
+    if any((path / f).exists() for f in MARKERS) or not subs:
         return [path]
-    return sorted(p for p in path.iterdir() if p.is_dir())
+    return subs
 
 
 # --- text ------------------------------------------------------------------------------------

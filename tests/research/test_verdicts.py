@@ -185,3 +185,14 @@ def test_the_verdict_functions_open_nothing_for_writing() -> None:
     """Read-only by construction: verdicts.py has no write call at all."""
     src = (REPO / "research" / "reweighter_research" / "verdicts.py").read_text()
     assert not re.search(r"write_text|write_bytes|\.write\(|open\([^)]*['\"][wax+]", src)
+
+
+def test_a_pre_registered_folder_without_data_says_not_run() -> None:
+    """A folder with its pre-registration and no results.json (picktwo's positive control until
+    a GPU runs it) prints "not run", not "no pre-registered rule"."""
+    folder = EXP / "picktwo-control"
+    if (folder / "results.json").is_file():
+        pytest.skip("the control has data: its verdict is the control rule's")
+    assert V.folders(folder) == [folder]
+    (v,) = V.verdicts(folder)
+    assert v["kind"] == "pre-registered, no data" and v["note"].startswith("not run:")
