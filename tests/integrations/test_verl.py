@@ -362,3 +362,74 @@ async def test_verls_steps_reach_the_live_page_and_a_collapse_fires_its_alert(
             assert board["collapse"]["firing"] == (step == first + 3), board["collapse"]
     assert sorted(mine) == [s for s, _, _ in plan]
     assert board["collapse"]["since_step"] == first + 1
+
+
+QUALITY_SCORE = """
+def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
+    right = ground_truth in solution_str
+    fmt = 0.5 if solution_str.startswith("case") else 0.0
+    return {"score": (1.0 if right else -1.0) + fmt, "acc": right}
+"""
+"""verl's math_dapo shape: score +1 / -1 (a penalty for a wrong answer) plus a format term,
+`acc` the correctness (a bool)."""
+
+
+@pytest.mark.parametrize("method", ["darling", "dra"])
+async def test_quality_key_sends_the_score_dicts_quality(
+    engine, tokenizer, tmp_path, method: str
+) -> None:
+    """Issue 49: with reward.reweighter.quality_key=acc every sample's member carries its score
+    dict's `acc` as quality: each answer is /v1/reweight's for its uid group with that quality
+    (the format term and DAPO's -1 added back unchanged), not the whole score's; no right
+    answer ends below a wrong one of its group."""
+    n = 4
+    config = verl_config(tmp_path, n, method=method, quality_key="acc")
+    (tmp_path / "score.py").write_text(QUALITY_SCORE)
+    batch = []
+    for p in range(3):  # per prompt: one right answer three times (a collapse), one wrong
+        uid, a = f"uid-quality-{method}{p}", str(10 + p)
+        texts = [f"case so the total is {a}"] * 3 + [f"case i think it is {20 + p}"]
+        batch += [(uid, t, sample(tokenizer, uid, t, a)) for t in texts]
+    random.Random(5).shuffle(batch)
+    with LocalClient(engine) as members:
+        outs = await run_two_workers(config, batch, members)
+    split: dict[str, float] = {}
+    whole: dict[str, float] = {}
+    for uid in sorted({u for u, _, _ in batch}):
+        texts = [decoded(tokenizer, d) for u, _, d in batch if u == uid]
+        gold = [d.non_tensor_batch["reward_model"][0]["ground_truth"]
+                for u, _, d in batch if u == uid]  # fmt: skip
+        acc = [float(g in t) for g, t in zip(gold, texts, strict=True)]
+        score = [(1.0 if a else -1.0) + 0.5 for a in acc]  # every text starts with "case"
+        for q, into in ((acc, split), (None, whole)):
+            group = Group(rewards=score, completions=texts, quality=q)
+            res = engine.reweight(ReweightRequest(groups=[group], method=method))
+            into.update(zip(texts, res.groups[0].rewards, strict=True))
+    got = {decoded(tokenizer, d): o["reward_score"]
+           for (_, _, d), o in zip(batch, outs, strict=True)}  # fmt: skip
+    assert all(o["reward_extra_info"]["reweighter_complete"] == 1.0 for o in outs)
+    assert got == pytest.approx(split, abs=1e-6)
+    assert got != pytest.approx(whole, abs=1e-3)  # quality changed the answer
+    for uid in {u for u, _, _ in batch}:
+        rows = [(o["reward_score"], o["reward_extra_info"]["acc"])
+                for (u, _, _), o in zip(batch, outs, strict=True) if u == uid]  # fmt: skip
+        right = [r for r, a in rows if a]
+        wrong = [r for r, a in rows if not a]
+        if right and wrong:
+            assert min(right) >= max(wrong)
+
+
+async def test_a_quality_key_the_score_lacks_is_refused_naming_it(
+    engine, tokenizer, tmp_path
+) -> None:
+    """A score without the named key (here a plain number: verl's naive manager then reports
+    only `acc`) is refused naming reward.reweighter.quality_key and the keys it has; a key that
+    is not a name is refused when the manager is built."""
+    config = verl_config(tmp_path, 2, quality_key="correct")
+    batch = make_batch(tokenizer, prompts=1, n=2, tag="nokey")
+    with LocalClient(engine) as members, pytest.raises(ValueError) as e:
+        await run_two_workers(config, batch, members)
+    assert "reward.reweighter.quality_key" in str(e.value) and "'correct'" in str(e.value)
+    assert "its keys: acc" in str(e.value)
+    with pytest.raises(ValueError, match="reward.reweighter.quality_key"):
+        RewardLoopWorker(verl_config(tmp_path, 2, quality_key=""))

@@ -33,6 +33,16 @@ Steps: each member carries verl's global step where the reward loop has it (`_st
 `meta_info["global_steps"]`, else the rollout server's `global_steps` in `tool_extra_fields`), so
 the service's live page (/dashboard) plots verl's steps and its collapse alert can fire.
 
+Quality apart from the rest (docs/methods.md): `reward.reweighter.quality_key` names the key of
+the base scorer's score dict that holds the sample's quality (e.g. `acc`: verl's math_dapo
+returns {"score": +1 or -1, "acc": correct, "pred": ...}); its value is sent as the member's
+`quality`, so the method reweights only it and adds the rest (score - quality: a format term,
+DAPO's -1 for a wrong answer) back unchanged. Unset (the default), no quality is sent: the whole
+score is reweighted, as the papers do. A sample whose score lacks the key, or holds no finite
+number there, is refused naming the setting (every member of a group gives quality or none
+does). verl's naive manager sets `acc` to the score itself when the scorer returns a number:
+name `acc` only with a scorer that returns a dict.
+
 Other `reward.reweighter` keys: url (any `reweighter.client.connect` URL, default
 http://127.0.0.1:8080), method, params, api_key (ReweighterOptions, integrations/options.py,
 checked on load: a bad one is refused naming its key), timeout_s (a member's wait; the server
@@ -57,7 +67,7 @@ from reweighter.client import Reweighter
 from reweighter.integrations.options import ReweighterOptions
 
 DEFAULT_VAL_SPLITS = ("test", "val", "validation")
-VERL_KEYS = ("base", "group_size", "timeout_s", "member_key", "val_splits")
+VERL_KEYS = ("base", "group_size", "timeout_s", "member_key", "val_splits", "quality_key")
 """reward.reweighter keys of verl's own; every other key is a ReweighterOptions option.
 `timeout_s` here is how long a sample waits for its group (the call waits that plus a
 margin), not the options' per-call bound."""
@@ -123,6 +133,14 @@ class ReweighterRewardManager(RewardManagerBase):
         self.timeout_s: float | None = cfg.get("timeout_s")  # a member's wait, not a call's
         self.member_key: str | None = cfg.get("member_key")
         self.val_splits = tuple(cfg.get("val_splits") or DEFAULT_VAL_SPLITS)
+        self.quality_key: str | None = cfg.get("quality_key")
+        if self.quality_key is not None and not (
+            isinstance(self.quality_key, str) and self.quality_key
+        ):
+            raise ValueError(
+                "reward.reweighter.quality_key: the name of a key of the score dict (e.g. acc), "
+                f"got {self.quality_key!r}"
+            )
         self._backend = backend
         self._warned: set[tuple[str, int]] = set()
 
@@ -176,6 +194,7 @@ class ReweighterRewardManager(RewardManagerBase):
             advantages="none",
             timeout_s=self.timeout_s,
             answer=_answer(extra),
+            quality=_quality(extra, self.quality_key),
             step=_step(data, ntb),
         )
         if not result.complete:
@@ -224,6 +243,27 @@ def _step(data: DataProto, ntb: Mapping[str, Any]) -> int | None:
 
 def _extra_step(fields: Any) -> Any:
     return fields.get("global_steps") if isinstance(fields, Mapping) else None
+
+
+def _quality(extra: Mapping[str, Any], key: str | None) -> float | None:
+    """The sample's quality: its score dict's `key` (reward.reweighter.quality_key), as a
+    number (verl's math_dapo `acc` is a bool: 1.0 or 0.0); None when no key is set."""
+    if key is None:
+        return None
+    if key not in extra:
+        keys = ", ".join(sorted(str(k) for k in extra)) or "none"
+        raise ValueError(
+            f"reward.reweighter.quality_key: the score has no {key!r} (its keys: {keys}); "
+            "the base scorer must return a dict with it for every sample"
+        )
+    value = extra[key]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if not isinstance(value, bool | int | float) or not math.isfinite(float(value)):
+        raise ValueError(
+            f"reward.reweighter.quality_key: the score's {key!r} is {value!r}, not a finite number"
+        )
+    return float(value)
 
 
 def _answer(extra: Mapping[str, Any]) -> str | None:
