@@ -16,6 +16,7 @@ schema in it against JSON Schema 2020-12)."""
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 from collections.abc import Iterator
@@ -26,13 +27,14 @@ import httpx
 import jsonschema
 import pytest
 import schemathesis
-from conftest import loopback
+from conftest import ServedApp, loopback
 from hypothesis import HealthCheck, Phase, given, settings
 from schemathesis import GenerationMode
 from schemathesis.config import SchemathesisConfig
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 from schemathesis.specs.openapi.definitions import OPENAPI_31
 
+from reweighter.api.http.app import create_app
 from reweighter.engine import ReweightEngine
 from reweighter.service import BackgroundService
 
@@ -107,12 +109,18 @@ def stated(response: Any, rules: list[tuple[str, int, re.Pattern[str]]]) -> str 
     return None
 
 
-def run_contract(url: str, modes: list[GenerationMode], examples: int = EXAMPLES) -> list[str]:
-    """Every operation of `url`'s /openapi.json, `examples` cases per mode, with every check;
-    the failures, one line each (empty: the service is its document)."""
+def run_contract(
+    url: str,
+    modes: list[GenerationMode],
+    examples: int = EXAMPLES,
+    paths: set[str] | None = None,
+) -> list[str]:
+    """Every operation of `url`'s /openapi.json (or those of `paths`), `examples` cases per
+    mode, with every check; the failures, one line each (empty: the service is its document)."""
     rules = unstated_rules()
     schema = schemathesis.openapi.from_url(url + "/openapi.json", config=CONFIG)
     operations = [result.ok() for result in schema.get_all_operations()]
+    operations = [op for op in operations if paths is None or op.path in paths]
     failures: list[str] = []
     for mode in modes:
         for operation in operations:
@@ -170,6 +178,25 @@ def _takes_input(operation: Any) -> bool:
 def test_the_service_is_its_document(served: BackgroundService, mode: GenerationMode) -> None:
     failures = run_contract(served.http_url, [mode])
     assert not failures, "\n".join(failures)
+
+
+def test_drift_fails_the_contract(engine: ReweightEngine) -> None:
+    """The test above can fail: served with a document widened past what the service takes
+    (`normalize` without its `const: true`) and one that leaves out a status the service gives
+    (404 of /v1/embeddings for a model it does not serve), the contract finds each."""
+    app = create_app(engine, loopback(api_key=KEY))
+    doc = copy.deepcopy(app.openapi())
+    del doc["components"]["schemas"]["EmbedIn"]["properties"]["normalize"]["const"]
+    del doc["paths"]["/v1/embeddings"]["post"]["responses"]["404"]
+    app.openapi_schema = doc  # what /openapi.json serves
+    with ServedApp(app) as served:
+        failures = run_contract(
+            served.url(""), [GenerationMode.POSITIVE], paths={"/v1/embed", "/v1/embeddings"}
+        )
+    found = {line.split(":", 1)[0]: line for line in failures}
+    assert "Schema-valid request rejected" in found["positive POST /v1/embed"], failures
+    assert "only normalize=true is supported" in found["positive POST /v1/embed"]
+    assert "Undocumented status code" in found["positive POST /v1/embeddings"], failures
 
 
 def test_the_document_is_openapi_3_1(served: BackgroundService) -> None:
