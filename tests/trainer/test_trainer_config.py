@@ -45,6 +45,10 @@ def test_overrides_are_typed_and_dotted():
         (["reweighter.colour=red"], "reweighter.colour"),
         (["dataset.name=imagenet"], "dataset.name"),
         (["model.name_or_path=x"], "exactly one of model.name_or_path or model.tiny"),
+        (["reweighter.quality_reward=acuracy"], "reweighter.quality_reward: 'acuracy' is not"),
+        (["reweighter.quality_reward=cosine"], "reweighter.quality_reward: 'cosine' is not"),
+        (["reweighter.quality_reward=[]"], "reweighter.quality_reward: name at least one"),
+        (["reweighter.quality_reward=3"], "reweighter.quality_reward"),
     ],
 )
 def test_bad_sections_are_named(overrides, named):
@@ -96,3 +100,38 @@ def test_gpu_example_config_is_valid_server_mode():
     assert cfg.reweighter.api_key is None  # an unset env var in compose means no key
     assert args.use_vllm and args.vllm_mode == "server"
     assert args.generation_batch_size % args.num_generations == 0
+
+
+def test_quality_reward_names_the_quality_terms(engine):
+    """reweighter.quality_reward: the named reward functions' weighted part goes with each group
+    as its quality (the request the backend gets), the format term is added back unchanged."""
+    from reweighter_trainer.rewards import accuracy_reward
+    from reweighter_trainer.train import build_reward
+
+    assert _cfg().reweighter.quality_rewards == []
+    cfg = _cfg("reweighter.quality_reward=accuracy", "reweighter.method=darling")
+    assert cfg.reweighter.quality_rewards == ["accuracy"]
+    assert _cfg("reweighter.quality_reward=[accuracy, format]").reweighter.quality_rewards == [
+        "accuracy", "format"
+    ]
+
+    class Recording:
+        def __init__(self) -> None:
+            self.requests = []
+
+        def reweight(self, request):
+            self.requests.append(request)
+            return engine.reweight(request)
+
+    backend = Recording()
+    reward = build_reward(cfg, grpo_args(cfg), backend)
+    assert reward.quality == [accuracy_reward]
+    right = "<think>3 and 4</think><answer>7</answer>"
+    completions = [right, right, right, "<answer>8</answer>"]
+    out = reward(["what is 3 + 4?"] * 4, completions, answer=["7"] * 4)
+    (request,) = backend.requests
+    (group,) = request.groups
+    assert list(group.rewards) == pytest.approx([1.2, 1.2, 1.2, 0.1])  # accuracy + 0.2 format
+    assert list(group.quality) == pytest.approx([1.0, 1.0, 1.0, 0.0])  # accuracy alone
+    assert out[3] == pytest.approx(0.1)  # the wrong answer's format term, unscaled
+    assert min(out[:3]) > out[3]  # three right copies stay above the wrong one

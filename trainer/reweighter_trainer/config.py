@@ -6,7 +6,7 @@
                 (the papers' reward: {answer_format: 1.0, cosine: 2.0}; see rewards.py)
     reweighter: ReweighterOptions (url: http(s)://, grpc(s):// or inprocess://, api_key,
                 timeout_s, long_text, method, params, advantages, advantage_params)
-                + {trace_dir}
+                + {trace_dir, quality_reward}
     rollout:    {weight_sync: auto | gloo | nccl, sync_address} (use_vllm, vllm_mode: server)
 
 Everything here is checked before any model or dataset is loaded, so a typo costs a second,
@@ -67,6 +67,17 @@ class ReweighterSection(ReweighterOptions):
     model_config = ConfigDict(extra="forbid")
     trace_dir: str | None = None
     """Write every batch's slices and backend requests/results as JSONL here (audits, tests)."""
+    quality_reward: str | list[str] | None = None
+    """Which of `rewards` score quality (e.g. `accuracy`, or a list): their weighted part is sent
+    as each group's `quality`, so the method reweights only it and adds the other terms (a
+    format term) back unchanged (docs/methods.md, "Quality apart from the rest"). None: the
+    whole reward is reweighted, as the papers do. A name not among `rewards` is refused."""
+
+    @property
+    def quality_rewards(self) -> list[str]:
+        """`quality_reward` as a list of names (empty when none is named)."""
+        q = self.quality_reward
+        return [] if q is None else [q] if isinstance(q, str) else list(q)
 
     @model_validator(mode="before")
     @classmethod
@@ -172,7 +183,23 @@ def parse(raw: dict[str, Any]) -> TrainConfig:
             raise ConfigError(msg) from e
         raise ConfigError(f"{where}: {msg}") from e
     _check_method(cfg.reweighter)
+    _check_quality(cfg)
     return cfg
+
+
+def _check_quality(cfg: TrainConfig) -> None:
+    """reweighter.quality_reward names reward functions of `rewards`, at least one."""
+    names = cfg.reweighter.quality_rewards
+    if cfg.reweighter.quality_reward is not None and not names:
+        raise ConfigError("reweighter.quality_reward: name at least one reward function")
+    for name in names:
+        if name not in cfg.rewards:
+            given = ", ".join(cfg.rewards) or "none"
+            raise ConfigError(
+                f"reweighter.quality_reward: {name!r} is not a reward function of this config "
+                f"(rewards: {given}); name the quality term among them, e.g. "
+                "quality_reward: accuracy"
+            )
 
 
 def _check_method(rw: ReweighterSection) -> None:

@@ -119,6 +119,25 @@ def pick_answers(prompts: Any, completions: Any, answer: Any, check: Any = None,
     return extract_answers(completions, answer, check)
 
 
+def build_reward(
+    cfg: TrainConfig, args: Any, backend: Any, on_result: Any = None
+) -> ReweightedReward:
+    """The reweighted reward of a config: its `rewards` with their weights, its options, the
+    pick tasks' answers, and `reweighter.quality_reward`'s functions as the quality terms."""
+    quality = [REWARDS[name] for name in cfg.reweighter.quality_rewards]
+    return ReweightedReward(
+        reward_funcs=[REWARDS[name] for name in cfg.rewards],
+        weights=list(cfg.rewards.values()),
+        backend=backend,
+        num_generations=args.num_generations,
+        num_generations_eval=args.num_generations_eval,
+        options=cfg.reweighter,  # method, params, advantages, advantage_params
+        answer_func=pick_answers if cfg.dataset.name in PICK_TASKS else None,
+        on_result=on_result,
+        quality=quality or None,
+    )
+
+
 def build_trainer(cfg: TrainConfig) -> tuple[Any, ReweightedReward]:
     """GRPOTrainer with the reweighted reward, checked in the order above; not yet trained."""
     args = grpo_args(cfg)
@@ -131,16 +150,7 @@ def build_trainer(cfg: TrainConfig) -> tuple[Any, ReweightedReward]:
         if rank == 0:
             backend = RecordingBackend(backend, trace_dir / "requests.jsonl")
         on_result = SliceTrace(trace_dir, rank)
-    reward = ReweightedReward(
-        reward_funcs=[REWARDS[name] for name in cfg.rewards],
-        weights=list(cfg.rewards.values()),
-        backend=backend,
-        num_generations=args.num_generations,
-        num_generations_eval=args.num_generations_eval,
-        options=cfg.reweighter,  # method, params, advantages, advantage_params
-        answer_func=pick_answers if cfg.dataset.name in PICK_TASKS else None,
-        on_result=on_result,
-    )
+    reward = build_reward(cfg, args, backend, on_result)
 
     # Only now the heavy parts.
     from transformers import AutoTokenizer
