@@ -336,3 +336,15 @@ def test_the_picktwo_heading_names_the_gain_not_a_speed_up() -> None:
     head = f"no gain of a 2x speed-up's size (+{delta:.4f}) in a 135M model's learning curve"
     assert f"## picktwo, decided (issue 31, scope restated in issues 40 and 49): {head}" in (
         REPO / "EXPERIMENTS.md").read_text()
+
+
+def test_the_larger_scale_verdict_excludes_a_gain_too() -> None:
+    from reweighter_research.verdicts import speedup_map
+
+    curves = grpo_curves(load("picktwo-scale"))
+    delta = delta_for_speedup(curves)
+    m = speedup_map(curves, delta)
+    text = " ".join((REPO / "EXPERIMENTS.md").read_text().split())
+    assert (f"on its {len(curves)} curves a {m['first_reaching']:.2f}x speed-up already predicts "
+            f"+{delta:.3f}, and {m['down_steps']} of the {m['steps']} grid steps go down") in text
+    assert m["first_reaching"] < 1 / SPEEDUP
