@@ -34,7 +34,7 @@ os.environ.setdefault("REWEIGHTER_COMPILE", "off")
 # `bash scripts/test.sh --fast` is `pytest -m "not slow"`. A test is marked by a kind that says
 # why it is slow; every kind implies `slow`. Fixtures that make a test slow mark it here, so a new
 # test that uses one is marked without anyone remembering to.
-KINDS = ("server", "docker", "vllm", "trainer", "venv", "process", "browser")
+KINDS = ("server", "docker", "vllm", "trainer", "venv", "process", "browser", "ray")
 FIXTURE_KINDS = {
     "browser": "browser",  # tests/service/test_dashboard.py: headless Chromium via Selenium
     "private_redis": "server",  # tests/hardening: its `reweighter serve` children use it
@@ -43,6 +43,7 @@ FIXTURE_KINDS = {
     "run_cli": "trainer",  # reweighter-train on the smoke config
     "fake_vllm": "trainer",  # the fake vLLM server with the tiny model
     "smollm2_dir": "trainer",  # tests/trainer/test_policy.py: converts SmolLM2-135M (20 s)
+    "ray_serve": "ray",  # tests/deploy/test_deploy_ray.py: a 2-node Ray cluster, Serve replicas
 }
 SLOW_TIMEOUT_S = 3600  # pytest-timeout for a slow test; pyproject's `timeout` for the others
 # An unmarked test whose call takes longer than this fails: the fast loop stays fast. Every

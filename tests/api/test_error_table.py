@@ -35,6 +35,10 @@ RAISE = "raise:"
 """A group id `raise:<ErrorClass>` makes the engine below raise that error."""
 
 
+GRPC_OWN = re.compile(r"^\| `([A-Z_]+)` \| none \|", re.M)
+"""A row of the table of grpc's own answers (no reweighter-error-* metadata)."""
+
+
 def rows() -> dict[str, tuple[int, str, bool]]:
     return {m[1]: (int(m[2]), m[3], m[4] == "yes") for m in ROW.finditer(DOC.read_text())}
 
@@ -75,7 +79,8 @@ class RaisingEngine:
 
 @pytest.fixture(scope="module")
 def raising(engine: ReweightEngine) -> Iterator[BackgroundService]:
-    with BackgroundService(loopback(api_key=KEY), RaisingEngine(engine)) as svc:  # type: ignore[arg-type]
+    settings = loopback(api_key=KEY, max_chars=10_000, max_completions=8)  # a ~1.2 MB limit
+    with BackgroundService(settings, RaisingEngine(engine)) as svc:  # type: ignore[arg-type]
         yield svc
 
 
@@ -132,3 +137,34 @@ def test_the_edges_own_refusals_carry_their_metadata(raising: BackgroundService)
     msg.groups.add(rewards=[1.0, float("nan")], completions=["a", "b"])
     e = _grpc_error(raising.grpc_target, msg)
     assert _metadata(e) == {ERROR_TYPE_KEY: "InvalidInput", ERROR_FIELD_KEY: "groups[0].rewards[1]"}
+
+
+def test_grpcs_own_answers_carry_no_metadata(raising: BackgroundService) -> None:
+    """The second table, each row made to happen: an unknown method, a message over the body
+    limit, a deadline that passes; none carries a reweighter-error-* key."""
+    codes = set(GRPC_OWN.findall(DOC.read_text()))
+    auth = (("authorization", f"Bearer {KEY}"),)
+    seen = {}
+    with grpc.insecure_channel(raising.grpc_target) as channel:
+        stub = pb_grpc.ReweighterStub(channel)
+        calls = {
+            "UNIMPLEMENTED": lambda: channel.unary_unary("/reweighter.v1.Reweighter/Nope")(
+                b"", timeout=30, metadata=auth
+            ),
+            "RESOURCE_EXHAUSTED": lambda: stub.Reweight(
+                pb.ReweightRequest(groups=[pb.Group(rewards=[1.0], completions=["x" * 3_000_000])]),
+                timeout=30,
+                metadata=auth,
+            ),
+            "DEADLINE_EXCEEDED": lambda: stub.Reweight(
+                pb.ReweightRequest(groups=[pb.Group(rewards=[1.0], completions=["x"])]),
+                timeout=1e-6,
+                metadata=auth,
+            ),
+        }
+        for code, call in calls.items():
+            with pytest.raises(grpc.RpcError) as info:
+                call()
+            seen[code] = (info.value.code().name, _metadata(info.value))
+    assert codes == set(calls), codes
+    assert seen == {code: (code, {}) for code in calls}

@@ -52,7 +52,6 @@ class _Uvicorn(uvicorn.Server):
         yield
 
 
-
 def freeze_heap() -> None:
     """Move every object alive now (the model, torch, transformers: about 500,000 of them) to
     the permanent generation, out of the collector's reach. Why: a full collection otherwise
@@ -61,6 +60,33 @@ def freeze_heap() -> None:
     up to 4.4 s (issue 29; bench/bench_health_flood.py). Nothing loaded at start is freed
     later, so nothing is lost by never collecting it."""
     gc.freeze()
+
+
+class Core:
+    """What serves requests over one engine, whatever server carries them: who may call
+    (`tenants`), the drain (`drained`, what the transports call; `draining`, what a shutdown
+    expires), the `metrics`, the group `assembler` (not started: `await assembler.start()`) and
+    the HTTP `app`. `Service` puts uvicorn and gRPC in front of it; the Ray Serve deployment
+    (reweighter.deploy.ray) puts Serve's proxy and its handles."""
+
+    def __init__(self, settings: Settings, engine: EngineSurface) -> None:
+        from .api.http.app import create_app
+        from .api.metrics import Metrics
+        from .assembly import GroupAssembler, make_store
+
+        s = settings
+        # who may call, shared by both transports: a reload (SIGHUP) applies to both at once
+        self.tenants = Tenants.from_settings(s)
+        # the transports reach the engine through the drain: see Service.stop()
+        self.drained, self.draining = draining(engine)
+        self.metrics = Metrics(engine)
+        # one assembler for both transports: HTTP and gRPC members of a group meet here
+        self.assembler = GroupAssembler(self.drained, make_store(s), s)
+        self.metrics.watch_assembly(self.assembler)
+        self.app = create_app(
+            self.drained, s, metrics=self.metrics, assembler=self.assembler, tenants=self.tenants
+        )
+
 
 class Service:
     """Both transports over one engine, on the running event loop.
@@ -95,22 +121,16 @@ class Service:
 
     async def start(self) -> None:
         from .api.grpc.server import create_grpc_server
-        from .api.http.app import create_app
-        from .api.metrics import Metrics
-        from .assembly import GroupAssembler, make_store
 
         s = self.settings
-        # who may call, shared by both transports: a reload (SIGHUP) applies to both at once
-        self.tenants = Tenants.from_settings(s)
-        # the transports reach the engine through the drain: see stop()
-        drained, self.draining = draining(self.engine)
-        self.metrics = Metrics(self.engine)
-        # one assembler for both transports: HTTP and gRPC members of a group meet here
-        self.assembler = GroupAssembler(drained, make_store(s), s)
-        await self.assembler.start()
-        self.metrics.watch_assembly(self.assembler)
-        self.app = create_app(
-            drained, s, metrics=self.metrics, assembler=self.assembler, tenants=self.tenants
+        core = Core(s, self.engine)
+        await core.assembler.start()
+        drained, self.draining = core.drained, core.draining
+        self.tenants, self.metrics, self.assembler, self.app = (
+            core.tenants,
+            core.metrics,
+            core.assembler,
+            core.app,
         )
         # uvicorn runs with lifespan="off" (the Service starts and stops both transports), so
         # the app's lifespan runs here: its shutdown releases what routes hold (the OpenRLHF
@@ -311,4 +331,4 @@ def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
-__all__ = ["BackgroundService", "Service", "free_port"]
+__all__ = ["BackgroundService", "Core", "Service", "free_port"]

@@ -1,6 +1,7 @@
 """One way to connect: a URL in, a client out, for every integration and the trainer.
 
     client = connect("http://reweighter:8080")      # or https://, grpc://, grpcs://, inprocess://
+    client = connect("ray://reweighter")             # the Ray Serve app, by a DeploymentHandle
     client.reweight(request)                         # a whole batch (TRL, slime, SkyRL)
     await client.submit_member_async(...)            # one member, from any event loop (verl)
 
@@ -19,7 +20,7 @@ from .retry import RetryPolicy
 if TYPE_CHECKING:
     from ..config import Settings
 
-SCHEMES = ("http://", "https://", "grpc://", "grpcs://", "inprocess://")
+SCHEMES = ("http://", "https://", "grpc://", "grpcs://", "ray://", "inprocess://")
 INPROCESS = "inprocess"
 """The bare word, as TRL's `reweighted(backend="inprocess")` and the trainer config spell it."""
 
@@ -33,9 +34,11 @@ def connect(
     settings: Settings | Mapping[str, Any] | None = None,
 ) -> Reweighter:
     """A client for `url`: "http(s)://host:port[/prefix]", "grpc://host:port", "grpcs://host:port"
-    (TLS with the system roots) or "inprocess://" (also "inprocess": the engine in this process,
-    built on first use from `settings`, a Settings or overrides of the environment's, e.g.
-    {"long_text": "tail"}; needs `reweighter[server]`).
+    (TLS with the system roots), "ray://<app>" (the Ray Serve application of that name on the
+    Ray cluster this process is in, through a DeploymentHandle: client/ray.py) or
+    "inprocess://" (also "inprocess": the engine in this process, built on first use from
+    `settings`, a Settings or overrides of the environment's, e.g. {"long_text": "tail"};
+    needs `reweighter[server]`).
 
     `timeout_s` bounds each reweight/embed/info call over the network (default
     DEFAULT_TIMEOUT_S); members wait by their own `timeout_s`. An option the backend cannot
@@ -71,11 +74,15 @@ def connect(
         return GrpcReweighterClient(
             target, api_key=api_key, timeout=timeout, retry=retry, credentials=credentials
         )
+    if url.startswith("ray://"):
+        from .ray import RayReweighterClient, app_name
+
+        return RayReweighterClient(app_name(url), api_key=api_key, timeout=timeout, retry=retry)
     if inprocess:
         from .local import LocalClient
 
         return LocalClient(settings=settings, retry=retry)
     raise ValueError(
         f"reweighter url {url!r}: expected http://host:port, https://host:port, "
-        "grpc://host:port, grpcs://host:port or inprocess://"
+        "grpc://host:port, grpcs://host:port, ray://<app> or inprocess://"
     )

@@ -8,6 +8,8 @@ on the way is written by one error writer (errors.py).
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import FastAPI
 
 from ... import __version__
@@ -16,6 +18,7 @@ from ...config import Settings
 from ...engine.surface import EngineSurface
 from ...limits import max_body_bytes
 from ...tenancy import Tenants
+from ...wire.openai import OPENAI_PATHS
 from ..metrics import Metrics
 from .admission import Admission
 from .dispatch import check_routes
@@ -56,6 +59,7 @@ def create_app(
     app.include_router(build_router(engine, settings, metrics, assembler))
     app.include_router(build_openrlhf_router(settings.openrlhf, metrics, assembler))
     check_routes(app)
+    _openai_document(app)
     token = settings.openrlhf.token
     app.add_middleware(
         Admission,
@@ -67,3 +71,20 @@ def create_app(
         methods=RouteMethods(app),
     )
     return app
+
+
+def _openai_document(app: FastAPI) -> None:
+    """/openapi.json without the 422 FastAPI adds to every operation with a body, on the OpenAI
+    paths, which answer bad input with 400 in OpenAI's shape (their responses say so): a
+    generated client would wait for a 422 that never comes."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            doc = build()
+            for path in OPENAI_PATHS:
+                for operation in doc["paths"].get(path, {}).values():
+                    operation["responses"].pop("422", None)
+        return app.openapi_schema  # type: ignore[return-value]
+
+    app.openapi = openapi  # type: ignore[method-assign]
