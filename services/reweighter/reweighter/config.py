@@ -107,7 +107,11 @@ class Settings(BaseSettings):
         return words.get(str(v).strip().lower(), v)
     # cache
     redis_url: str | None = Field(
-        None, validation_alias=AliasChoices("REWEIGHTER_REDIS_URL", "REDIS_URL", "redis_url")
+        None,
+        validation_alias=AliasChoices("REWEIGHTER_REDIS_URL", "REDIS_URL", "redis_url"),
+        description="shared state (a noeviction Redis): group assembly, OpenRLHF rounds, "
+        "outcome_ucb's answer memory; also the embedding cache unless cache_redis_url is "
+        "given; unset = in process (also read as REWEIGHTER_REDIS_URL)",
     )
     # The embedding cache's own Redis: a cache may be evicted, the state on redis_url (assembly,
     # answer memory) must not be, and Redis evicts per instance (docs/operations.md, Redis).
@@ -198,7 +202,10 @@ class Settings(BaseSettings):
     http_port: int = Field(8080, description="HTTP port; 0 picks a free one")
     grpc_port: int = Field(50051, description="gRPC port; 0 picks a free one")
     api_key: str | None = Field(
-        None, validation_alias=AliasChoices("REWEIGHTER_API_KEY", "api_key")
+        None,
+        validation_alias=AliasChoices("REWEIGHTER_API_KEY", "api_key"),
+        description="bearer token clients send (HTTP authorization header, gRPC metadata); "
+        "unset = open (or the keys of tenants). Prefer the environment: flags show in ps",
     )
     tenants: str | None = Field(
         None,
