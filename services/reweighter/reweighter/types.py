@@ -8,6 +8,7 @@ a string into a member exactly once (`parse_name`), naming the field when it is 
 
 from __future__ import annotations
 
+import functools
 import json
 import numbers
 from collections.abc import Callable, Mapping, Sequence
@@ -152,34 +153,48 @@ def check_rules(message: Any, where: str = "") -> None:
     naming the field (`where` + its name, `groups[0].` + `prompt_key`). A value of another type
     than a keyword's is left to the engine's type checks. What a rule cannot say (one list as
     long as another, a method's parameters) stays the engine's (reweighter.engine.checks)."""
-    for f in fields(message):
-        rules = f.metadata.get("rules")
-        value = getattr(message, f.name)
-        if rules and value is not None:
-            _meet(rules, value, where + f.name, f.name)
+    for name, rules in _ruled(type(message)):
+        value = getattr(message, name)
+        if value is not None:
+            _meet(rules, value, where + name, name)
+
+
+@functools.cache
+def _ruled(cls: type) -> tuple[tuple[str, Mapping[str, Any]], ...]:
+    """(name, rules) of a message's fields that have rules: read once per class (a request's
+    every group is checked, on the host path)."""
+    return tuple((f.name, f.metadata["rules"]) for f in fields(cls) if f.metadata.get("rules"))
 
 
 def _meet(rules: Mapping[str, Any], value: Any, field: str, name: str) -> None:
-    number = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    why = _broken(rules, value, name)
+    if why is not None:
+        raise InvalidInput(why, field=field)
+    items = rules.get("items")
+    if items is not None and not isinstance(value, str | bytes | Mapping):
+        for i, item in enumerate(value):  # the field's path is made only for a broken one
+            if item is not None and _broken(items, item, name) is not None:
+                _meet(items, item, f"{field}[{i}]", name)
+
+
+def _broken(rules: Mapping[str, Any], value: Any, name: str) -> str | None:
+    """Why `value` breaks one of `rules` (not their `items`), or None."""
     if "const" in rules and value != rules["const"]:
-        shown = json.dumps(rules["const"])
-        raise InvalidInput(f"only {name}={shown} is supported", field=field)
+        return f"only {name}={json.dumps(rules['const'])} is supported"
     if isinstance(value, str):
         if len(value) < rules.get("minLength", 0):
-            raise InvalidInput("must be a non-empty string", field=field)
+            return "must be a non-empty string"
         if len(value) > rules.get("maxLength", len(value)):
-            raise InvalidInput(f"longer than {rules['maxLength']} characters", field=field)
-    elif number:
+            return f"longer than {rules['maxLength']} characters"
+    elif isinstance(value, numbers.Real) and not isinstance(value, bool):
         if "minimum" in rules and value < rules["minimum"]:
-            raise InvalidInput(f"must be >= {rules['minimum']}, got {value!r}", field=field)
+            return f"must be >= {rules['minimum']}, got {value!r}"
         if "exclusiveMinimum" in rules and value <= rules["exclusiveMinimum"]:
-            raise InvalidInput(f"must be > {rules['exclusiveMinimum']}, got {value!r}", field=field)
-    elif hasattr(value, "__len__") and not isinstance(value, Mapping):  # a list or an array
-        if len(value) < rules.get("minItems", 0):
-            raise InvalidInput(f"must have at least {rules['minItems']} item(s)", field=field)
-        for i, item in enumerate(value if "items" in rules else ()):
-            if item is not None:
-                _meet(rules["items"], item, f"{field}[{i}]", name)
+            return f"must be > {rules['exclusiveMinimum']}, got {value!r}"
+    elif "minItems" in rules and hasattr(value, "__len__") and not isinstance(value, Mapping):
+        short = len(value) < rules["minItems"]  # a list or an array
+        return f"must have at least {rules['minItems']} item(s)" if short else None
+    return None
 
 
 # -- the wire messages: one definition each (reweighter.wire derives HTTP, gRPC and client) --
