@@ -40,7 +40,7 @@ from reweighter.api.http.app import create_app  # noqa: E402
 from reweighter.api.http.openrlhf import build_openrlhf_router, is_token_path  # noqa: E402
 from reweighter.api.metrics import Metrics  # noqa: E402
 from reweighter.assembly import GroupAssembler, make_store  # noqa: E402
-from reweighter.assembly.openrlhf import Rounds  # noqa: E402
+from reweighter.assembly.openrlhf import MemoryRounds, RedisRounds, Rounds  # noqa: E402
 from reweighter.config import OpenRLHFSettings  # noqa: E402
 from reweighter.logs import RedactFilter  # noqa: E402
 from reweighter.service import BackgroundService  # noqa: E402
@@ -148,7 +148,9 @@ async def run_openrlhf(url: str, rows: list[tuple[str, str, str]], tokenizer: An
     ))
 
 
-def expected(engine: Any, outs: list[dict], tokenizer: Any) -> list[float]:
+def expected(
+    engine: Any, outs: list[dict], tokenizer: Any, method: str = "dra", **params: Any
+) -> list[float]:
     """/v1/reweight semantics per prompt group, on the completions the endpoint saw."""
     queries = [tokenizer.decode(o["observation_tokens"], skip_special_tokens=False) for o in outs]
     texts = [response_of(q, o["prompt"]) for q, o in zip(queries, outs, strict=True)]
@@ -158,7 +160,8 @@ def expected(engine: Any, outs: list[dict], tokenizer: Any) -> list[float]:
     for prompt in {o["prompt"] for o in outs}:
         idx = [i for i, o in enumerate(outs) if o["prompt"] == prompt]
         res = engine.reweight(ReweightRequest(groups=[
-            Group(rewards=[raw[i] for i in idx], completions=[texts[i] for i in idx])]))
+            Group(rewards=[raw[i] for i in idx], completions=[texts[i] for i in idx])],
+            method=method, params=params))
         for i, r in zip(idx, res.groups[0].rewards, strict=True):
             want[i] = r
     return want
@@ -540,69 +543,114 @@ def test_the_parser_harness_refuses_what_openrlhf_refuses(tmp_path) -> None:
     assert "unrecognized arguments: --remote_rm_url" in run.stderr
 
 
-def test_round_rules() -> None:
-    """assembly/openrlhf.py on its own, with a clock the test moves: re-posts, repeated
-    completions, surplus samples, a prompt coming back, and which short rounds are surplus."""
+@pytest.fixture(params=["memory", "redis"])
+def rounds_of(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """`rounds_of(clock, **knobs)`: Rounds on the store of the test's param (one state machine,
+    two stores: this process's, and Redis, shared by replicas), both on a clock the test moves."""
+    clients: list[Any] = []
+    prefix = f"test:orlhf:{os.urandom(6).hex()}:"
+
+    def make(clock: Any, **knobs: Any) -> Rounds:
+        if request.param == "memory":
+            return Rounds("t", MemoryRounds(clock=clock), **knobs)
+        from reweighter.redis_client import async_client
+
+        client = async_client(request.getfixturevalue("shared_redis_url"))
+        clients.append(client)
+        return Rounds("t", RedisRounds(client, prefix, clock=clock), **knobs)
+
+    yield make
+    if clients:
+        import redis
+
+        sync = redis.Redis.from_url(request.getfixturevalue("shared_redis_url"))
+        keys = list(sync.scan_iter(match=f"{prefix}*"))
+        assert keys, "the Redis store held nothing"
+        sync.delete(*keys)
+
+
+async def test_round_rules(rounds_of: Any) -> None:
+    """assembly/openrlhf.py's rules, on each store, with a clock the test moves: re-posts,
+    repeated completions, surplus samples, a prompt coming back, which short rounds are
+    surplus, and each round's number among the job's rounds."""
     now = [0.0]
-    rounds = Rounds("t", retry_window_s=60.0, burst_s=150.0, clock=lambda: now[0])
-    a, a2, b = rounds.enter("p", "p a", 3), rounds.enter("p", "p a", 3), rounds.enter("p", "p b", 3)
+    rounds = rounds_of(lambda: now[0], retry_window_s=60.0, burst_s=150.0)
+    a = await rounds.enter("p", "p a", 3)
+    a2 = await rounds.enter("p", "p a", 3)
+    b = await rounds.enter("p", "p b", 3)
     assert a.round == a2.round == b.round == 0
+    assert a.ordinal == a2.ordinal == b.ordinal == 0  # the job's first round
+    assert (await rounds.enter("q", "q a", 3)).ordinal == 1  # another prompt: the next number
     assert a2.member_id == a.member_id + ".1"  # the same text while the first waits: a copy
     assert b.group_id == a.group_id
     # a fourth sample while round 0 is full and still being answered: surplus, seated nowhere
-    s = rounds.enter("p", "p s", 3)
+    s = await rounds.enter("p", "p s", 3)
     assert s.surplus and s.round == 0 and not s.group_id
-    report = rounds.leave(s, answered=True, members=1, n=3)
+    report = await rounds.leave(s, answered=True, members=1, n=3)
     assert report is not None and report.surplus and report.round == 0
     assert "likely n_samples_per_prompt = 4" in report.message()
-    assert rounds.leave(rounds.enter("p", "p t", 3), answered=True, members=1, n=3) is None
+    t = await rounds.enter("p", "p t", 3)
+    assert await rounds.leave(t, answered=True, members=1, n=3) is None
     for seat in (a, a2, b):
-        assert rounds.leave(seat, answered=True, members=3, n=3) is None
+        assert await rounds.leave(seat, answered=True, members=3, n=3) is None
     now[0] = 10.0
-    again = rounds.enter("p", "p b", 3)
+    again = await rounds.enter("p", "p b", 3)
     assert again.round == 0 and not again.surplus  # a re-post of an answered member: its round
-    assert rounds.leave(again, answered=True, members=3, n=3) is None
+    assert again.ordinal == 0 and again.group_id == a.group_id
+    assert await rounds.leave(again, answered=True, members=3, n=3) is None
     # a sample after every member of the full round has its answer: the next round, opened
     # right after a full round (a late surplus, or the prompt's next step)
-    c = rounds.enter("p", "p c", 3)
-    assert c.round == 1 and not c.surplus and c.group_id != a.group_id
+    c = await rounds.enter("p", "p c", 3)
+    assert c.round == 1 and not c.surplus and c.group_id != a.group_id and c.ordinal == 2
     now[0] = 150.0
-    short = rounds.leave(c, answered=True, members=1, n=3)  # c's round closed short
+    short = await rounds.leave(c, answered=True, members=1, n=3)  # c's round closed short
     assert short is not None and short.after_full_round and short.round == 1
     assert "likely n_samples_per_prompt = 4" in short.message()
     now[0] = 400.0  # the prompt comes back: round 1 was answered, so round 2
-    d = rounds.enter("p", "p c", 3)  # even with c's text: past the retry window, a new sample
+    d = await rounds.enter("p", "p c", 3)  # even with c's text: past the retry window, a new one
     assert d.round == 2
     now[0] = 600.0  # it waits alone; answered short long after any full round: "short"
-    short = rounds.leave(d, answered=True, members=1, n=3)
+    short = await rounds.leave(d, answered=True, members=1, n=3)
     assert short is not None and not short.after_full_round
     assert "only 1 of n=3" in short.message()
-    assert rounds.leave(d, answered=True, members=1, n=3) is None  # once per round
-    e = rounds.enter("p", "p e", 3)
+    assert await rounds.leave(d, answered=True, members=1, n=3) is None  # once per round
+    e = await rounds.enter("p", "p e", 3)
     assert e.round == 3
-    assert rounds.leave(e, answered=False, members=0, n=3) is None  # an error is no answer
-    assert 3 in rounds.wrong  # the surplus above showed n=3 is wrong (the route answers raw)
+    assert await rounds.leave(e, answered=False, members=0, n=3) is None  # an error: no answer
+    assert "beyond n=3" in (await rounds.wrong(3) or "")  # the surplus showed n=3 is wrong
+    assert await rounds.wrong(4) is None
     # just after a full round was answered, a sample opens the next round on probation: a
     # sibling joining it within late_s is the next step's (a quick step, nothing wrong) ...
-    late = Rounds("t", burst_s=150.0, late_s=5.0, clock=lambda: now[0])
+    late = rounds_of(lambda: now[0], burst_s=150.0, late_s=5.0)
+    late.job = "other-job"  # its own numbers and its own wrong n
     now[0] = 1000.0
-    for seat in [late.enter("q", f"q {i}", 2) for i in range(2)]:
-        late.leave(seat, answered=True, members=2, n=2)
+    for seat in [await late.enter("q", f"q {i}", 2) for i in range(2)]:
+        await late.leave(seat, answered=True, members=2, n=2)
     now[0] = 1001.0
-    opener = late.enter("q", "q 2", 2)
+    opener = await late.enter("q", "q 2", 2)
     now[0] = 1004.0
-    sibling = late.enter("q", "q 3", 2)
-    assert (opener.round, sibling.round) == (1, 1) and not sibling.wrong and not late.wrong
+    sibling = await late.enter("q", "q 3", 2)
+    assert (opener.round, sibling.round) == (1, 1) and not sibling.wrong
+    assert (opener.ordinal, sibling.ordinal) == (1, 1) and await late.wrong(2) is None
     # ... one joining after late_s is of another step: the opener was a late surplus
     for seat in (opener, sibling):
-        late.leave(seat, answered=True, members=2, n=2)
+        await late.leave(seat, answered=True, members=2, n=2)
     now[0] = 1005.0
-    opener = late.enter("q", "q 4", 2)
+    opener = await late.enter("q", "q 4", 2)
     now[0] = 1011.0
-    joiner = late.enter("q", "q 5", 2)
-    assert joiner.wrong and not joiner.group_id and "no sibling followed" in late.wrong[2]
-    assert late.leave(joiner, answered=True, members=1, n=2) is None
-    assert rounds.enter("p", "p f", 3).round == 3  # so its round stays open
+    joiner = await late.enter("q", "q 5", 2)
+    assert joiner.wrong and not joiner.group_id and "no sibling followed" in await late.wrong(2)
+    assert await late.leave(joiner, answered=True, members=1, n=2) is None
+    assert (await rounds.enter("p", "p f", 3)).round == 3  # so its round stays open
+    # a call seated in a full round whose replica died before `leave` is taken for gone
+    # after stale_s: the prompt's next step is not surplus
+    for i in range(3):
+        await rounds.enter("r", f"r {i}", 4)
+    last = await rounds.enter("r", "r 3", 4)
+    now[0] += rounds.rules.stale_s + 1
+    nxt = await rounds.enter("r", "r next", 4)
+    assert not nxt.surplus and nxt.round == last.round + 1  # the next round, not a surplus
+    assert await rounds.wrong(4) is None
 
 
 async def test_the_url_names_the_method_and_its_parameters(server, engine, tokenizer) -> None:
@@ -629,3 +677,99 @@ async def test_the_url_names_the_method_and_its_parameters(server, engine, token
             r = await c.post(server.url(f"/v1/openrlhf/reward?n=2&{query}"), json=body)
             assert r.status_code == 422, r.text
             assert r.json()["error"]["field"] == field, r.text
+
+
+# -- the live page, and replicas on one Redis (issue 50) ---------------------------------------
+
+
+def _answered(k: int, n: int, step: int, collapsed: bool) -> list[tuple[str, str, str]]:
+    """k prompts x n samples of one step (the same prompts every step, new completions):
+    collapsed, every sample of a prompt ends in the right answer; else each in its own."""
+    rows = []
+    for p in range(k):
+        x, y = 3 + p, 40
+        prompt = f"compute {x} plus {y} at last"
+        for j in range(n):
+            a = x + y if collapsed else x + y + j
+            text = f"step {step} case {j} " + WAYS[j % 6].format(a=a, b=a)
+            rows.append((prompt, str(x + y), text))
+    random.Random(step).shuffle(rows)
+    return rows
+
+
+async def test_openrlhf_steps_reach_the_live_page_and_a_collapse_fires_its_alert(
+    engine, tokenizer, tmp_path
+) -> None:
+    """`?batch=` (--rollout.batch_size): each round's number among the job's rounds // batch
+    is its members' step, so GET /v1/dashboard has a point per OpenRLHF step, and a run whose
+    groups collapse onto one answer for 3 steps fires the collapse alert. The job is a tenant
+    of its own (its OpenRLHF token names it), so the board is this test's alone."""
+    name, key, token = f"orlhf-{os.urandom(4).hex()}", "orlhf-page-key-0001", "orlhf-page-token"
+    path = tmp_path / "tenants.json"
+    path.write_text(json.dumps({"tenants": [{"name": name, "key": key, "openrlhf_token": token}]}))
+    with BackgroundService(loopback(tenants=str(path)), engine) as svc:
+        url = f"{svc.http_url}/v1/openrlhf/{token}/reward?n=4&batch=2"
+        async with httpx.AsyncClient(timeout=30) as c:
+            for step, collapsed in enumerate([False, True, True, True]):
+                outs = await run_openrlhf(url, _answered(2, 4, step, collapsed), tokenizer)
+                assert all(o["extra_logs"]["reweighted"] == [1.0] for o in outs)
+                board = (await c.get(f"{svc.http_url}/v1/dashboard",
+                                     headers={"authorization": f"Bearer {key}"})).json()
+                steps = {s["step"]: s for s in board["steps"]}
+                assert board["job"] == name and sorted(steps) == list(range(step + 1)), steps
+                assert steps[step]["groups"] == 2
+                assert steps[step]["distinct_answers_median"] == (1 if collapsed else 4)
+                assert board["collapse"]["firing"] == (step == 3), board["collapse"]
+    assert board["collapse"]["since_step"] == 1
+
+
+def _served_count(metrics: str) -> float:
+    return sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+               if line.startswith("reweighter_requests_total{")
+               and 'endpoint="openrlhf"' in line and 'status="ok"' in line)  # fmt: skip
+
+
+@pytest.mark.server
+async def test_two_replicas_on_one_redis_serve_any_sample(
+    engine, tokenizer, shared_redis_url
+) -> None:
+    """Issue 50: two `reweighter serve` replicas sharing one Redis, and OpenRLHF's own client
+    with both URLs (`--reward.remote_url A,B`: it sends its calls to them by turns). 4 prompts
+    x 8 samples, twice (the prompts come back): every sample is reweighted, with MMR as the URL
+    says, and equals /v1/reweight on its whole group; each replica served half the samples; the
+    steps (`?batch=4`) are 0 then 1 on the replicas' boards together."""
+    from reweighter.launch import serve
+
+    prefix = f"test:orlhf2:{os.urandom(6).hex()}:"
+    settings = {"redis_url": shared_redis_url, "assembly_prefix": prefix}
+    replicas = [serve(settings=settings)]  # one after the other: a child started from a
+    try:  # thread dies with that thread (its parent-death signal)
+        replicas.append(serve(settings=settings))
+        urls = [f"{r.url}/v1/openrlhf/reward?n=8&method=mmr&lambda=0.5&batch=4" for r in replicas]
+        for rnd in range(2):
+            rows = [(p, lab, f"{r} pass {rnd}") for p, lab, r in
+                    problems(k=4, n=8, seed=31, tokenizer=tokenizer)]  # fmt: skip
+            outs = await run_openrlhf(urls, rows, tokenizer)
+            assert [o["extra_logs"]["reweighted"] for o in outs] == [[1.0]] * 32
+            want = expected(engine, outs, tokenizer, "mmr", **{"lambda": 0.5})
+            assert [o["reward"][0] for o in outs] == pytest.approx(want, abs=1e-6)
+            dra = expected(engine, outs, tokenizer)
+            assert [o["reward"][0] for o in outs] != pytest.approx(dra, abs=1e-6)
+        async with httpx.AsyncClient(timeout=30) as c:
+            served = [_served_count((await c.get(f"{r.url}/metrics")).text) for r in replicas]
+            boards = [(await c.get(f"{r.url}/v1/dashboard")).json() for r in replicas]
+        assert served == [32, 32], served  # by turns: each replica served half
+        groups: dict[int, int] = {}
+        for board in boards:
+            for st in board["steps"]:
+                groups[st["step"]] = groups.get(st["step"], 0) + st["groups"]
+        assert groups == {0: 4, 1: 4}, groups  # each group computed once, on one replica
+    finally:
+        for r in replicas:
+            r.close()
+        import redis
+
+        sync = redis.Redis.from_url(shared_redis_url)
+        keys = list(sync.scan_iter(match=f"{prefix}*"))
+        if keys:
+            sync.delete(*keys)

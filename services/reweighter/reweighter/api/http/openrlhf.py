@@ -3,18 +3,21 @@
 OpenRLHF posts `{"query": [...], "prompts": [...], "labels": [...]}` (one sample per request in
 its single-turn executor) and reads `{"rewards", "scores", "extra_logs"}`. Each sample gets a
 base reward from a verifier (reweighter.verify: the math answer checker, or an upstream
-OpenRLHF-protocol reward URL), joins its prompt's group of `n` (`?n=`, else
-`--openrlhf-n`) through the assembler, and is answered with the reweighted reward once the
-group is whole. `scores` stay the verifier's raw rewards (what OpenRLHF's dynamic filtering
-and pass rates should see). OpenRLHF sends no step id, so assembly/openrlhf.py (with the
-rounds) numbers each prompt's rounds; a sample beyond `n` while its prompt's full round is being
-answered is surplus: answered at once with its raw reward, opening no round. A round answered
-short and a surplus are reported in `extra_logs` (OpenRLHF logs every key as a metric), as a
-WARNING here, and in `reweighter_openrlhf_short_rounds_total`. A surplus shows the URL's `n` is
-wrong: from then on every sample with that `n` (and every one still waiting in an open round)
-is answered with its raw reward, flagged `wrong_n` in `extra_logs` and counted in
-`reweighter_openrlhf_wrong_n_total`, and the reason is logged once, until the URL's `n`
-changes: no answer is ever computed over samples of two steps.
+OpenRLHF-protocol reward URL), joins its prompt's group of `n` (`?n=`, else `--openrlhf-n`)
+through the assembler, and is answered with the reweighted reward once the group is whole.
+`scores` stay the verifier's raw rewards (what OpenRLHF's dynamic filtering and pass rates
+should see). OpenRLHF sends no step id, so assembly/openrlhf.py (with the rounds, in this
+process or, when assembly is on Redis, in Redis for every replica: any replica serves any
+sample) numbers each prompt's rounds; each round is numbered among the job's rounds as it opens,
+and with `?batch=` (OpenRLHF's --rollout.batch_size, prompts per step) a member's step is that
+number // batch (the live page's steps). A sample beyond `n` while its prompt's full round is
+being answered is surplus: answered at once with its raw reward, opening no round. A round
+answered short and a surplus are reported in `extra_logs` (OpenRLHF logs every key as a metric),
+as a WARNING here, and in `reweighter_openrlhf_short_rounds_total`. A surplus shows the URL's
+`n` is wrong: from then on every sample with that `n` (and every one still waiting in an open
+round) is answered with its raw reward, flagged `wrong_n` in `extra_logs` and counted in
+`reweighter_openrlhf_wrong_n_total`, and the reason is logged once, until the URL's `n` changes:
+no answer is ever computed over samples of two steps.
 
 Authentication: OpenRLHF's client sends no headers, so besides `/v1/openrlhf/reward` (the
 service's bearer key, like every /v1 route) the route is served at `/v1/openrlhf/<token>/reward`
@@ -31,7 +34,7 @@ import json
 import logging
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -40,7 +43,7 @@ from prometheus_client.registry import Collector
 from pydantic import BaseModel, ConfigDict, Field
 
 from ...assembly import GroupAssembler, MemberReason, MemberResult, MemberSubmission
-from ...assembly.openrlhf import Rounds, Seat
+from ...assembly.openrlhf import MemoryRounds, Rounds, RoundsStore, Seat, rounds_store
 from ...config import OpenRLHFSettings
 from ...engine.checks import check_method
 from ...errors import InvalidInput, NotReady, Unauthenticated
@@ -68,6 +71,9 @@ _RESPONSES: dict[int | str, dict[str, Any]] = {
 }  # fmt: skip
 
 PATH = "/v1/openrlhf/reward"
+WRONG_POLL_S = 1.0
+"""On a shared rounds store, how often samples waiting here learn that another replica showed
+their `n` wrong."""
 TOKEN_PATH = re.compile(r"^/v1/openrlhf/(?P<token>[^/]+)/reward$")
 """The route with its secret in the path; `reweighter.logs` masks the same segment."""
 
@@ -168,17 +174,21 @@ def build_openrlhf_router(
     method: str = DEFAULT_METHOD,
     paths: tuple[str, ...] = (PATH, "/v1/openrlhf/{token}/reward"),
     late_s: float = 10.0,
+    rounds: RoundsStore | None = None,
 ) -> APIRouter:
     """The route at `paths`. `verifier`: default from `settings` (the upstream URL, else the
     math checker). `method`: the route's method where the URL names none (`?method=`).
     Authentication is admission's (see `is_token_path`). `late_s`: how long after a round
     opened its siblings may still join it when it was opened just after the prompt's full round
-    was answered (assembly/openrlhf.py: a late surplus)."""
+    was answered (assembly/openrlhf.py: a late surplus). `rounds`: where prompts' rounds live
+    (default: beside the assembler's store, so on its Redis when it has one)."""
     if verifier is None:
         verifier = (
             UpstreamVerifier(settings.upstream_url) if settings.upstream_url else math_verifier()
         )
-    route = OpenRLHFRoute(settings, metrics, assembler, verifier, method, late_s)
+    if rounds is None:
+        rounds = rounds_store(assembler.store) if assembler is not None else MemoryRounds()
+    route = OpenRLHFRoute(settings, metrics, assembler, verifier, method, late_s, rounds)
     metrics.registry.register(_StatsCollector(route.stats))
     close = getattr(verifier, "aclose", None)
     router = v1_router(tags=["openrlhf"], on_shutdown=[close] if close else None)
@@ -194,10 +204,13 @@ def build_openrlhf_router(
 @dataclass
 class _TenantRounds:
     """One tenant's prompts' rounds, and the sizes `n` a surplus has shown wrong (each an event
-    that releases the samples still waiting with that n)."""
+    that releases the samples still waiting with that n; on a shared store, one poll per n
+    while samples of it wait here sets it when another replica saw the surplus)."""
 
     rounds: Rounds
     wrong_now: dict[int, asyncio.Event]
+    waiting: dict[int, int] = field(default_factory=dict)
+    polls: dict[int, asyncio.Task[None]] = field(default_factory=dict)
 
 
 class OpenRLHFRoute:
@@ -212,9 +225,11 @@ class OpenRLHFRoute:
         verifier: Verifier,
         method: str,
         late_s: float,
+        rounds: RoundsStore,
     ) -> None:
         self.settings, self.metrics, self.assembler = settings, metrics, assembler
         self.verifier, self.method, self.late_s = verifier, method, late_s
+        self.rounds = rounds
         self.stats = OpenRLHFStats()
         # Each tenant's prompts have their own rounds and their own wrong-n state (tenants are
         # the file's, so this holds at most one entry per tenant): two jobs on one prompt never
@@ -229,6 +244,7 @@ class OpenRLHFRoute:
         with self.metrics.track("http", "openrlhf", query.get("method") or self.method):
             how = _method_of(query, self.method)
             size = _group_size(query.get("n"), self.settings.n)
+            batch = _batch(query.get("batch"))
             labels = body.labels if body.labels is not None else [None] * len(body.query)
             if not len(body.query) == len(body.prompts) == len(labels):
                 raise InvalidInput(
@@ -239,53 +255,58 @@ class OpenRLHFRoute:
             self.metrics.completions.labels("http").observe(len(body.query))
             raw = await self.verifier(list(body.query), list(body.prompts), list(labels))
             samples = zip(body.query, body.prompts, raw, strict=True)
-            results = await asyncio.gather(*(self.sample(size, *s, how) for s in samples))
+            results = await asyncio.gather(*(self.sample(size, *s, how, batch) for s in samples))
             return _answer(raw, results)
 
     def state(self) -> _TenantRounds:
         """The caller's tenant's rounds."""
         t = current_tenant()
         if t not in self.per_tenant:
-            rounds = Rounds("openrlhf", burst_s=self.settings.timeout_s, late_s=self.late_s)
+            rounds = Rounds(
+                "openrlhf", self.rounds, job=t, burst_s=self.settings.timeout_s, late_s=self.late_s
+            )
             self.per_tenant[t] = _TenantRounds(rounds, {})
         return self.per_tenant[t]
 
     async def sample(
-        self, size: int, query: str, prompt: str, reward: float, how: tuple[str, dict[str, Any]]
-    ) -> tuple[MemberResult | None, str]:
+        self, size: int, query: str, prompt: str, reward: float, how: tuple[str, dict[str, Any]],
+        batch: int | None = None,
+    ) -> tuple[MemberResult | None, str]:  # fmt: skip
         """The sample's answer and its flag: None when it needs no group (n = 1); a raw answer
         at once when it is surplus (seated in no round) or its n was shown wrong ("surplus",
-        "wrong_n"); else its round's ("")."""
+        "wrong_n"); else its round's (""), sent with the step `batch` gives it."""
         if size == 1:
             return None, ""
         if self.assembler is None:
             raise NotReady("group assembly is not running in this service")
         job = self.state()
-        if size in job.rounds.wrong:
+        if await job.rounds.wrong(size):
+            await self.shown_wrong(size)  # here too, when another replica saw the surplus
             self.stats.wrong_n += 1
             return _raw(None, reward, -1), "wrong_n"
-        seat = job.rounds.enter(prompt, query, size)
+        seat = await job.rounds.enter(prompt, query, size)
         result: MemberResult | None = None
         try:
             if seat.wrong:  # of the next step, after a late surplus opened its round
-                self.shown_wrong(size)
+                await self.shown_wrong(size)
                 self.stats.wrong_n += 1
                 return _raw(seat, reward, seat.round), "wrong_n"
             if seat.surplus:
-                self.shown_wrong(size)
+                await self.shown_wrong(size)
                 result = _raw(seat, reward, seat.round)
                 return result, "surplus"
-            result = await self.seated(job, seat, size, query, prompt, reward, how)
+            step = seat.ordinal // batch if batch and seat.ordinal is not None else None
+            result = await self.seated(job, seat, size, query, prompt, reward, how, step)
             if result is None:  # n shown wrong while it waited
                 self.stats.wrong_n += 1
                 return _raw(seat, reward, seat.round), "wrong_n"
             return result, ""
         finally:
-            self.leave(seat, result, size)
+            await self.leave(seat, result, size)
 
     async def seated(
         self, job: _TenantRounds, seat: Seat, size: int, query: str, prompt: str, reward: float,
-        how: tuple[str, dict[str, Any]],
+        how: tuple[str, dict[str, Any]], step: int | None = None,
     ) -> MemberResult | None:  # fmt: skip
         """A seated sample through the assembler: its round's answer, or None when its n was
         shown wrong while it waited (and its round was not whole: it could mix two steps)."""
@@ -297,20 +318,43 @@ class OpenRLHFRoute:
                 completion=response, method=how[0], params=how[1],
                 timeout_s=self.settings.timeout_s,
                 answer=canonical_answer(response),  # the checker's reading of it
+                step=step,
             )
         ))  # fmt: skip
         wrong = asyncio.ensure_future(job.wrong_now.setdefault(size, asyncio.Event()).wait())
+        self._watch(job, size, +1)
         try:
             await asyncio.wait({submit, wrong}, return_when=asyncio.FIRST_COMPLETED)
-            if not submit.done() and job.rounds.whole(seat, size):
+            if not submit.done() and await job.rounds.whole(seat, size):
                 await asyncio.wait({submit})  # a whole round is of one step: its answer
         finally:
+            self._watch(job, size, -1)
             wrong.cancel()
             if not submit.done():  # n shown wrong while it waited: its round could mix
                 submit.cancel()
         return None if submit.cancelled() else submit.result()
 
-    def shown_wrong(self, size: int) -> None:
+    def _watch(self, job: _TenantRounds, size: int, delta: int) -> None:
+        """Count the samples of `size` waiting here; on a shared store, while any waits, one
+        task polls whether another replica showed `size` wrong (every WRONG_POLL_S)."""
+        job.waiting[size] = job.waiting.get(size, 0) + delta
+        if delta > 0 and self.rounds.remote and size not in job.polls:
+            job.polls[size] = asyncio.ensure_future(self._poll_wrong(job, size))
+
+    async def _poll_wrong(self, job: _TenantRounds, size: int) -> None:
+        event = job.wrong_now.setdefault(size, asyncio.Event())
+        try:
+            while job.waiting.get(size, 0) > 0 and not event.is_set():
+                await asyncio.sleep(WRONG_POLL_S)
+                try:
+                    if await job.rounds.wrong(size):
+                        event.set()
+                except Exception as e:  # Redis away: the samples' own waits still end
+                    log.debug("OpenRLHF: polling ?n=%d's state failed: %s", size, e)
+        finally:
+            job.polls.pop(size, None)
+
+    async def shown_wrong(self, size: int) -> None:
         job = self.state()
         event = job.wrong_now.setdefault(size, asyncio.Event())
         if not event.is_set():
@@ -319,14 +363,18 @@ class OpenRLHFRoute:
                 "OpenRLHF: ?n=%d is wrong: %s. Every later sample with n=%d (and every one "
                 "waiting in an open round) is answered with its raw reward, flagged wrong_n, "
                 "until ?n= equals --rollout.n_samples_per_prompt",
-                size, job.rounds.wrong[size], size,
+                size, await job.rounds.wrong(size), size,
             )  # fmt: skip
 
-    def leave(self, seat: Seat, result: MemberResult | None, size: int) -> None:
+    async def leave(self, seat: Seat, result: MemberResult | None, size: int) -> None:
         members = result.members if result is not None and not result.complete else size
-        short = self.state().rounds.leave(
-            seat, answered=result is not None, members=members, n=size
-        )
+        try:
+            short = await self.state().rounds.leave(
+                seat, answered=result is not None, members=members, n=size
+            )
+        except Exception as e:  # the answer stands; the round's bookkeeping heals by time
+            log.warning("OpenRLHF: a sample's round could not be updated: %s", e)
+            return
         if short is not None:
             self.stats.short_rounds += 1
             self.stats.surplus_rounds += short.after_full_round
@@ -362,13 +410,19 @@ def _parameters(path: str, n_default: int | None = None) -> list[dict[str, Any]]
         "description": "--rollout.n_samples_per_prompt (the group size); required unless the "
         "service sets --openrlhf-n",
     }  # fmt: skip
+    batch = {
+        "name": "batch", "in": "query", "required": False,
+        "schema": {"type": "integer", "minimum": 1},
+        "description": "--rollout.batch_size (prompts per step): each member's step, for the "
+        "live page (/dashboard), is its round's number among the job's rounds // batch",
+    }  # fmt: skip
     if "{token}" not in path:
-        return [n, *how]
+        return [n, batch, *how]
     token = {
         "name": "token", "in": "path", "required": True, "schema": {"type": "string"},
         "description": "the service's --openrlhf-token, or a tenant's openrlhf_token",
     }  # fmt: skip
-    return [n, *how, token]
+    return [n, batch, *how, token]
 
 
 def _query_params() -> dict[str, Any]:
@@ -386,7 +440,7 @@ def _query_params() -> dict[str, Any]:
     return {"type": "object", "properties": props, "additionalProperties": False}
 
 
-_NOT_PARAMS = frozenset({"n", "method"})
+_NOT_PARAMS = frozenset({"n", "method", "batch"})
 """The query keys of the route itself; every other key is a parameter of the method."""
 
 
@@ -413,6 +467,15 @@ def _scalar(text: str) -> Any:
     return value if isinstance(value, int | float | bool) or value is None else text
 
 
+def _batch(given: str | None) -> int | None:
+    """?batch= (OpenRLHF's --rollout.batch_size: prompts per step), or None."""
+    if given is None:
+        return None
+    if not given.isdigit() or int(given) < 1:
+        raise InvalidInput(f"must be a positive integer, got {given!r}", field="batch")
+    return int(given)
+
+
 def _group_size(given: str | None, default: int | None) -> int:
     """?n= (OpenRLHF's n_samples_per_prompt), else the service's --openrlhf-n."""
     if given is None:
@@ -424,9 +487,7 @@ def _group_size(given: str | None, default: int | None) -> int:
     return int(given)
 
 
-def _answer(
-    raw: list[float], answers: list[tuple[MemberResult | None, str]]
-) -> OpenRLHFRewardOut:
+def _answer(raw: list[float], answers: list[tuple[MemberResult | None, str]]) -> OpenRLHFRewardOut:
     results = [res for res, _ in answers]
 
     def whole(res: MemberResult | None) -> bool:
