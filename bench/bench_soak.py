@@ -82,6 +82,7 @@ from bench_service import _pct  # noqa: E402
 from reweighter.client import AsyncGrpcReweighterClient, AsyncReweighterClient, RetryPolicy  # noqa: E402
 from reweighter.errors import ReweighterError  # noqa: E402
 from reweighter.launch import Served, serve  # noqa: E402
+from reweighter.service import free_port  # noqa: E402
 from reweighter.types import Group, MemberSubmission, ReweightRequest  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "out"
@@ -101,12 +102,6 @@ _WORDS = ["first", "we", "compute", "the", "product", "then", "carry", "the", "d
 
 
 # -- what the server is doing -----------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Redis:
@@ -692,7 +687,8 @@ def main() -> int:
         "machine": {"node": platform.node(), "cores": os.cpu_count()},
     }, indent=1, default=str))  # fmt: skip
     print(f"\nwrote {args.out} and {png}")
-    if fails:
+    if fails:  # the server's log beside the results, for the diagnosis
+        args.out.with_suffix(".serve.log").write_text(log)
         print("SOAK FAILED:\n- " + "\n- ".join(fails))
         return 1
     print("SOAK PASSED")

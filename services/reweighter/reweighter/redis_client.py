@@ -9,6 +9,11 @@ The defaults, and why:
 - No retries inside redis-py: each caller has its own answer to a failed call, and a hidden
   retry would only add a timeout in front of it; redis-py reconnects on the next call.
 - No health-check pings: a dead connection shows on the next call, which fails fast.
+- No maintenance notifications (a Redis Enterprise feature, "auto" by default in redis-py 8):
+  while they are on, redis-py's asyncio pool skips its check that a pooled connection is still
+  open, so after a Redis restart every pooled connection of the assembly store failed once, one
+  503 at a time, minutes after Redis was back (bench/bench_soak.py: 141 s and 249 s after, on a
+  30-minute run). Off, a connection the old Redis closed is reopened as it leaves the pool.
 - A bounded pool of `MAX_CONNECTIONS` per client: a burst of calls queues for a connection
   instead of opening hundreds at once (a connect storm is what times out first under load).
   Waiting for a connection has no timeout of its own: every call holding one ends within the
@@ -82,6 +87,12 @@ def async_client(
     from redis.backoff import NoBackoff
 
     options = _pool_options(socket_timeout_s, max_connections, decode_responses)
+    try:  # redis-py 7+; older versions have none, and always check pooled connections
+        from redis.maint_notifications import MaintNotificationsConfig
+    except ImportError:  # pragma: no cover - the pinned redis-py has them
+        pass
+    else:  # off: see the module docstring (a restarted Redis's closed connections are reopened)
+        options["maint_notifications_config"] = MaintNotificationsConfig(enabled=False)
     pool = aioredis.BlockingConnectionPool.from_url(url, retry=Retry(NoBackoff(), 0), **options)
     return aioredis.Redis.from_pool(pool)
 
