@@ -20,11 +20,11 @@ PICKTWO = REPO / "experiments" / "picktwo-main" / "results.json"
 
 
 def readme_line() -> str:
-    """README's one-line summary of the experiments (its Results section; the figures in full
-    are EXPERIMENTS.md's)."""
-    lines = [ln for ln in (REPO / "README.md").read_text().splitlines()
+    """The one-line summary of the experiments: EXPERIMENTS.md's opening paragraph (it was
+    README's, whose Results section now links it; the figures in full follow it)."""
+    lines = [ln for ln in (REPO / "EXPERIMENTS.md").read_text().splitlines()
              if ln.startswith("Experiments, read narrowly:")]
-    assert len(lines) == 1, "README.md has exactly one summary line of the experiments"
+    assert len(lines) == 1, "EXPERIMENTS.md opens with one summary line of the experiments"
     return lines[0]
 
 

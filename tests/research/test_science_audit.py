@@ -186,9 +186,9 @@ def framing() -> str:
 
 
 def readme_summary() -> str:
-    lines = [ln for ln in (REPO / "README.md").read_text().splitlines()
+    lines = [ln for ln in (REPO / "EXPERIMENTS.md").read_text().splitlines()
              if ln.startswith("Experiments, read narrowly:")]
-    assert len(lines) == 1, "README.md has exactly one summary line of the experiments"
+    assert len(lines) == 1, "EXPERIMENTS.md opens with one summary line of the experiments"
     return lines[0]
 
 
