@@ -46,6 +46,7 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     "darling": (Method.DARLING.value, {}),
     "grpo-passk": (Method.NONE.value, {}),
     "grpo-2xlr": (Method.NONE.value, {}),
+    "grpo-1.3xlr": (Method.NONE.value, {}),
 }
 """An experiment arm -> the reweighting method and params it trains with (GRPO: rewards
 unchanged). `mmr` is MMR-GRPO as the paper runs it (adaptive lambda, groups of equal rewards
@@ -54,8 +55,11 @@ diversified); `mmr-keep` is what the pickone runs called "mmr" (equal groups lef
 (`rewards.extract_answers`, sent by every arm; only darling uses them). `grpo-passk` is GRPO
 with Pass@k Training's advantages (ARM_CONFIG). `grpo-2xlr` is GRPO at twice the config's
 learning rate (ARM_LR_SCALE): wordadd's positive control, an arm known to learn faster, so the
-rule must be able to say "speeds up" on this setup before its other verdicts count."""
-ARM_LR_SCALE: dict[str, float] = {"grpo-2xlr": 2.0}
+rule must be able to say "speeds up" on this setup before its other verdicts count.
+`grpo-1.3xlr`: GRPO at 1.3x the learning rate, picktwo's calibrated control (control.py,
+experiments/picktwo-control/PREREGISTRATION.md): a known speed-up whose expected area gain is
+near delta_2x, which the rule must not refute."""
+ARM_LR_SCALE: dict[str, float] = {"grpo-2xlr": 2.0, "grpo-1.3xlr": 1.3}
 """An arm's learning rate as a multiple of the shared config's (applied after its overrides)."""
 PASSK_K = 4
 ARM_CONFIG: dict[str, dict[str, Any]] = {
@@ -272,7 +276,13 @@ def _decide(runs: list[dict], out: Path, client, offline_ok: bool,
 
     extra: dict[str, Any] = {}
     methods = {r["method"] for r in runs}
-    if opts is not None and opts.rule == "wordadd":
+    if opts is not None and opts.rule == "control":
+        # picktwo's positive control: its pre-registered calibration and H2 (control.py)
+        from .control import control_decision
+
+        extra["decision"] = {**control_decision(runs), "preregistered_commit": opts.preregistered}
+        log(f"decision: {extra['decision']['summary']}")
+    elif opts is not None and opts.rule == "wordadd":
         # delta_2x from the runs' own GRPO curves, gates, then the non-control arms
         from .decision import CONTROL, wordadd_decision
 
@@ -365,8 +375,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="steps_to_target: trailing-3-step mean training accuracy to reach")
     p.add_argument("--base-eval", action="store_true", help="also evaluate the untrained policy")
     p.add_argument("--pilot", help="pilot.json (delta_2x, power): decide by the area rule")
-    p.add_argument("--rule", choices=("area", "ratio", "wordadd"), default="ratio",
-                   help="area: decision.AREA_RULE (implied by --pilot); ratio: pickone's rule")
+    p.add_argument("--rule", choices=("area", "ratio", "wordadd", "control"), default="ratio",
+                   help="area: decision.AREA_RULE (implied by --pilot); ratio: pickone's rule; "
+                        "control: picktwo's positive control (control.py)")
     p.add_argument("--preregistered", help="the commit whose EXPERIMENTS.md holds the rule")
     p.add_argument("--no-dra-offline", action="store_true",
                    help="skip DRA's offline check on GRPO's groups (DRA is trained)")

@@ -24,8 +24,8 @@ def test_the_top_of_bench_holds_benchmarks_only() -> None:
 
 def test_gpu_runners_live_in_gpu() -> None:
     assert sorted(p.name for p in (BENCH / "gpu").glob("gpu_*.sh")) == [
-        "gpu_carry.sh", "gpu_check.sh", "gpu_experiment.sh", "gpu_experiment_carry.sh",
-        "gpu_wordadd.sh"]  # fmt: skip
+        "gpu_carry.sh", "gpu_check.sh", "gpu_control.sh", "gpu_experiment.sh",
+        "gpu_experiment_carry.sh", "gpu_wordadd.sh"]  # fmt: skip
 
 
 BENCHMARKS = BENCH.parent / "BENCHMARKS.md"
