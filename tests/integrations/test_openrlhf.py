@@ -68,6 +68,16 @@ def upstream_app() -> Any:
         r = [1.0 if str(lab) in q else 0.0 for q, lab in pairs]
         return {"rewards": r, "scores": r, "extra_logs": {}}
 
+    @app.post("/score_quality")
+    async def score_quality(body: dict) -> dict:
+        """Accuracy plus a format bonus (0.5 when the response says "answer is"), and which
+        part is quality: the accuracy, in extra_logs.quality."""
+        pairs = zip(body["query"], body["labels"], strict=True)
+        acc = [1.0 if str(lab) in q.rsplit(" ", 1)[-1] else 0.0 for q, lab in pairs]
+        fmt = [0.5 if "answer is" in q else 0.0 for q in body["query"]]
+        r = [a + f for a, f in zip(acc, fmt, strict=True)]
+        return {"rewards": r, "scores": r, "extra_logs": {"quality": acc}}
+
     return app
 
 
@@ -89,6 +99,9 @@ def server(engine: Any, upstream: ServedApp) -> Iterator[ServedApp]:
     app.include_router(build_openrlhf_router(
         OpenRLHFSettings(), Metrics(engine), assembler,
         verifier=UpstreamVerifier(upstream.url("/score")), paths=("/upstream",)))
+    app.include_router(build_openrlhf_router(
+        OpenRLHFSettings(), Metrics(engine), assembler,
+        verifier=UpstreamVerifier(upstream.url("/score_quality")), paths=("/quality",)))
     late = Metrics(engine)  # a late surplus within seconds: siblings join within 0.5 s
     app.include_router(build_openrlhf_router(
         OpenRLHFSettings(timeout_s=30.0), late, assembler, paths=("/late",), late_s=0.5))
@@ -215,6 +228,29 @@ async def test_upstream_verifier(server, engine, tokenizer) -> None:
         q = tokenizer.decode(o["observation_tokens"], skip_special_tokens=False)
         assert o["scores"] == [1.0 if o["label"] in q else 0.0]  # the upstream's reward
         assert o["extra_logs"]["reweighted"] == [1.0]
+
+
+async def test_an_upstreams_quality_is_the_part_reweighted(server, engine, tokenizer) -> None:
+    """Issue 49: OpenRLHF's request has no place for quality, but an upstream reward server's
+    answer does (`extra_logs.quality`, one number per query): the route sends it as each
+    member's quality, so the method scales only the accuracy and adds the format bonus back,
+    as /v1/reweight does with `quality`; not the whole reward."""
+    rows = [(p, lab, r) for p, lab, r in problems(k=1, n=6, seed=17, tokenizer=tokenizer)]
+    outs = await run_openrlhf(server.url("/quality?n=6"), rows, tokenizer)
+    queries = [tokenizer.decode(o["observation_tokens"], skip_special_tokens=False) for o in outs]
+    texts = [response_of(q, o["prompt"]) for q, o in zip(queries, outs, strict=True)]
+    raw = [o["scores"][0] for o in outs]
+    acc = [1.0 if o["label"] in q.rsplit(" ", 1)[-1] else 0.0
+           for q, o in zip(queries, outs, strict=True)]  # fmt: skip
+    assert sorted(set(raw)) != sorted(set(acc))  # a format bonus in the reward
+    assert all(o["extra_logs"]["reweighted"] == [1.0] for o in outs)
+    with_quality = engine.reweight(ReweightRequest(
+        groups=[Group(rewards=raw, completions=texts, quality=acc)])).groups[0].rewards
+    whole = engine.reweight(ReweightRequest(
+        groups=[Group(rewards=raw, completions=texts)])).groups[0].rewards
+    got = [o["reward"][0] for o in outs]
+    assert got == pytest.approx(list(with_quality), abs=1e-6)
+    assert got != pytest.approx(list(whole), abs=1e-6)
 
 
 async def test_upstream_down_is_a_502_without_its_credentials(server) -> None:
@@ -520,9 +556,10 @@ async def test_documented_command_runs_through_openrlhfs_parser(keyed, engine, t
     assert run.returncode == 0, run.stderr[-3000:]
     args = json.loads(run.stdout.strip().splitlines()[-1])
     (url,) = args["reward"]["remote_url"]
-    assert url == f"http://reweighter:8080/v1/openrlhf/{TOKEN}/reward?n=8"
+    assert url == f"http://reweighter:8080/v1/openrlhf/{TOKEN}/reward?n=8&batch=128"
     n = int(parse_qs(urlsplit(url).query)["n"][0])
     assert args["rollout"]["n_samples_per_prompt"] == n  # ?n= must equal it
+    assert args["rollout"]["batch_size"] == int(parse_qs(urlsplit(url).query)["batch"][0])
     assert args["data"]["label_key"] == "answer"
 
     # the URL it gives, on a live service: OpenRLHF's client gets reweighted rewards

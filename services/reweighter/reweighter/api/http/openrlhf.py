@@ -254,7 +254,8 @@ class OpenRLHFRoute:
                 )
             self.metrics.completions.labels("http").observe(len(body.query))
             raw = await self.verifier(list(body.query), list(body.prompts), list(labels))
-            samples = zip(body.query, body.prompts, raw, strict=True)
+            quality = getattr(raw, "quality", None) or [None] * len(raw)
+            samples = zip(body.query, body.prompts, raw, quality, strict=True)
             results = await asyncio.gather(*(self.sample(size, *s, how, batch) for s in samples))
             return _answer(raw, results)
 
@@ -269,12 +270,13 @@ class OpenRLHFRoute:
         return self.per_tenant[t]
 
     async def sample(
-        self, size: int, query: str, prompt: str, reward: float, how: tuple[str, dict[str, Any]],
-        batch: int | None = None,
+        self, size: int, query: str, prompt: str, reward: float, quality: float | None,
+        how: tuple[str, dict[str, Any]], batch: int | None = None,
     ) -> tuple[MemberResult | None, str]:  # fmt: skip
         """The sample's answer and its flag: None when it needs no group (n = 1); a raw answer
         at once when it is surplus (seated in no round) or its n was shown wrong ("surplus",
-        "wrong_n"); else its round's (""), sent with the step `batch` gives it."""
+        "wrong_n"); else its round's (""), sent with the step `batch` gives it and the quality
+        part of its reward (None: all of it)."""
         if size == 1:
             return None, ""
         if self.assembler is None:
@@ -296,7 +298,7 @@ class OpenRLHFRoute:
                 result = _raw(seat, reward, seat.round)
                 return result, "surplus"
             step = seat.ordinal // batch if batch and seat.ordinal is not None else None
-            result = await self.seated(job, seat, size, query, prompt, reward, how, step)
+            result = await self.seated(job, seat, size, query, prompt, reward, how, step, quality)
             if result is None:  # n shown wrong while it waited
                 self.stats.wrong_n += 1
                 return _raw(seat, reward, seat.round), "wrong_n"
@@ -306,7 +308,7 @@ class OpenRLHFRoute:
 
     async def seated(
         self, job: _TenantRounds, seat: Seat, size: int, query: str, prompt: str, reward: float,
-        how: tuple[str, dict[str, Any]], step: int | None = None,
+        how: tuple[str, dict[str, Any]], step: int | None = None, quality: float | None = None,
     ) -> MemberResult | None:  # fmt: skip
         """A seated sample through the assembler: its round's answer, or None when its n was
         shown wrong while it waited (and its round was not whole: it could mix two steps)."""
@@ -318,7 +320,7 @@ class OpenRLHFRoute:
                 completion=response, method=how[0], params=how[1],
                 timeout_s=self.settings.timeout_s,
                 answer=canonical_answer(response),  # the checker's reading of it
-                step=step,
+                step=step, quality=quality,
             )
         ))  # fmt: skip
         wrong = asyncio.ensure_future(job.wrong_now.setdefault(size, asyncio.Event()).wait())
