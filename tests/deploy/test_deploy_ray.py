@@ -1,0 +1,411 @@
+"""The reweighter as a Ray Serve application (reweighter.deploy.ray, deploy/ray/*.yaml), on a real
+Ray cluster of two nodes on loopback (ray.cluster_utils.Cluster), with a private Redis as the
+replicas' shared store.
+
+Fast: the deploy-time refusals (check(), the shipped configs' args), the `ray://` spelling.
+Slow (kind `ray`, one cluster for the module): the /v1 API through Serve's proxy gives the body
+and the errors of a plain `reweighter serve`, the handle (`connect("ray://reweighter")`) the
+same result types and errors; a replica killed in the middle of a step, Redis restarted, and a
+scale 1 -> 2 -> 1 under steady load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from reweighter.errors import InvalidInput, StoreUnavailable, Unauthenticated
+
+ROOT = Path(__file__).resolve().parents[2]
+KEY = "ray-test-key"
+OFFLINE = {"HF_HUB_OFFLINE": "1", "REWEIGHTER_COMPILE": "off"}
+TEXTS = ["a cat sat", "a dog ran", "a cat sat.", "the sun"]
+BODY = {
+    "groups": [
+        {"rewards": [1.0, 0.0, 1.0, 0.0], "completions": TEXTS},
+        {"rewards": [0.5, 1.0, 0.0], "completions": ["x = 2", "x equals two", "y = 3"]},
+    ]
+}
+
+
+def _args(name: str) -> dict[str, Any]:
+    config = yaml.safe_load((ROOT / "deploy" / "ray" / name).read_text())
+    (app,) = config["applications"]
+    assert app["import_path"] == "reweighter.deploy.ray:build"
+    return app["args"]
+
+
+# -- deploy-time refusals (no cluster) -------------------------------------------------------
+
+
+def test_several_replicas_without_redis_are_refused_naming_redis_url() -> None:
+    from reweighter.config import Settings
+    from reweighter.deploy.checks import DeployRefused, check
+
+    with pytest.raises(DeployRefused, match=r"^redis_url: 4 replicas"):
+        check(Settings(), {"autoscaling_config": {"min_replicas": 1, "max_replicas": 4}}, 0)
+    with pytest.raises(DeployRefused, match=r"^redis_url: 2 replicas"):
+        check(Settings(), {"num_replicas": 2}, 0)
+    check(Settings(), {"num_replicas": 1}, 0)  # one replica keeps its groups in memory
+    check(Settings(redis_url="redis://r:6379/0"), {"num_replicas": 2}, 0)
+
+
+def test_gpus_on_a_cluster_without_one_are_refused_naming_num_gpus() -> None:
+    from reweighter.config import Settings
+    from reweighter.deploy.checks import DeployRefused, check
+
+    options = {"ray_actor_options": {"num_gpus": 0.5}}
+    with pytest.raises(DeployRefused, match=r"^ray_actor_options\.num_gpus: 0\.5 asked"):
+        check(Settings(), options, 0.0)
+    check(Settings(), options, 1.0)
+    with pytest.raises(DeployRefused, match=r"^device: 'cpu'"):
+        check(Settings(device="cpu"), options, 1.0)
+
+
+def test_a_missing_model_is_refused_naming_model(tmp_path: Path) -> None:
+    from reweighter.config import Settings
+    from reweighter.deploy.checks import DeployRefused, check
+
+    with pytest.raises(DeployRefused, match=r"^model: '/nowhere/model'"):
+        check(Settings(model="/nowhere/model"), {}, 0)
+    with pytest.raises(DeployRefused, match=r"^model: 'no-such-org/no-such-model'"):
+        check(Settings(model="no-such-org/no-such-model"), {}, 0)
+    check(Settings(model=str(tmp_path)), {}, 0)  # a directory on the node
+    check(Settings(), {}, 0)  # the bundled model's package is installed here
+
+
+@pytest.mark.ray  # imports Ray Serve (seconds)
+def test_the_shipped_configs_are_checked_as_documented() -> None:
+    """serve-cpu.yaml passes on a CPU cluster; serve.yaml (num_gpus 0.25) is refused there and
+    passes with a GPU; both are Serve configs that Serve's own schema accepts."""
+    from ray.serve.schema import ServeDeploySchema
+
+    from reweighter.config import Settings
+    from reweighter.deploy.checks import DeployRefused, check
+
+    for name in ("serve.yaml", "serve-cpu.yaml"):
+        ServeDeploySchema.model_validate(yaml.safe_load((ROOT / "deploy/ray" / name).read_text()))
+    cpu, gpu = _args("serve-cpu.yaml"), _args("serve.yaml")
+    check(Settings(**cpu["settings"]), cpu["deployment"], 0.0)
+    with pytest.raises(DeployRefused, match="num_gpus"):
+        check(Settings(**gpu["settings"]), gpu["deployment"], 0.0)
+    check(Settings(**gpu["settings"]), gpu["deployment"], 1.0)
+    for args in (cpu, gpu):  # several replicas: both name a Redis
+        assert args["deployment"]["autoscaling_config"]["max_replicas"] > 1
+        with pytest.raises(DeployRefused, match="redis_url"):
+            check(Settings(), args["deployment"], 1.0)
+
+
+@pytest.mark.ray  # imports Ray Serve (seconds)
+def test_build_refuses_an_unknown_argument() -> None:
+    from reweighter.deploy.ray import DeployRefused, build
+
+    with pytest.raises(DeployRefused, match=r"^replicas: unknown argument"):
+        build({"replicas": 2})
+
+
+def test_ray_urls() -> None:
+    from reweighter.client import connect
+    from reweighter.client.ray import RayReweighterClient, app_name
+
+    assert app_name("ray://reweighter") == "reweighter"
+    assert app_name("ray://") == "reweighter"
+    with pytest.raises(ValueError, match="Ray Client address"):
+        connect("ray://head:10001")
+    with pytest.raises(ValueError, match="settings"):
+        connect("ray://reweighter", settings={"long_text": "tail"})
+    client = connect("ray://reweighter", api_key="k")  # nothing contacted until a call
+    try:
+        assert isinstance(client, RayReweighterClient)
+        assert client.aio.app == "reweighter"
+    finally:
+        client.close()
+
+
+# -- a real cluster ----------------------------------------------------------------------------
+
+
+class RayServe:
+    """Two Ray nodes on loopback (one CPU each), Serve's proxy on a free port, the app deployed
+    with `build` (as deploy/ray/*.yaml do), a private Redis shared by the replicas."""
+
+    def __init__(self, redis: Any, http_port: int) -> None:
+        import ray
+        from ray.cluster_utils import Cluster
+
+        self.redis = redis
+        small = {"num_cpus": 1, "object_store_memory": 80 * 2**20}
+        self.cluster = Cluster(
+            initialize_head=True, head_node_args={**small, "include_dashboard": False}
+        )
+        self.cluster.add_node(**small)
+        ray.init(address=self.cluster.address, log_to_driver=False)
+        from ray import serve
+
+        serve.start(http_options={"host": "127.0.0.1", "port": http_port})
+        self.url = f"http://127.0.0.1:{http_port}"
+
+    def deploy(self, replicas: int) -> None:
+        from ray import serve
+
+        from reweighter.deploy.ray import build
+
+        app = build(self.args(replicas))
+        serve.run(app, name="reweighter", route_prefix="/")
+
+    def args(self, replicas: int) -> dict[str, Any]:
+        return {
+            "settings": {"redis_url": self.redis.url, "device": "cpu", "api_key": KEY},
+            "deployment": {
+                "num_replicas": replicas,
+                "ray_actor_options": {"num_cpus": 0.25, "runtime_env": {"env_vars": OFFLINE}},
+                "graceful_shutdown_timeout_s": 60,
+            },
+        }  # fmt: skip
+
+    def replicas(self) -> list[Any]:
+        """The live replica actors of the app."""
+        import ray
+
+        named = ray.util.list_named_actors(all_namespaces=True)
+        names = [a["name"] for a in named if a["name"].startswith("SERVE_REPLICA::reweighter")]
+        return [ray.get_actor(n, namespace="serve") for n in names]
+
+    def close(self) -> None:
+        import ray
+        from ray import serve
+
+        serve.shutdown()
+        ray.shutdown()
+        self.cluster.shutdown()
+
+
+@pytest.fixture(scope="module")
+def ray_serve() -> Iterator[RayServe]:
+    from conftest import RedisServer, free_port
+
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    redis = RedisServer(free_port()).start()
+    rs = RayServe(redis, free_port())
+    try:
+        rs.deploy(2)
+        yield rs
+    finally:
+        rs.close()
+        redis.stop()
+
+
+@pytest.fixture(scope="module")
+def plain(engine: Any) -> Iterator[str]:
+    """`reweighter serve`'s HTTP app with the same key, over the suite's engine."""
+    from conftest import loopback
+
+    from reweighter.service import BackgroundService
+
+    with BackgroundService(loopback(api_key=KEY), engine) as svc:
+        yield svc.http_url
+
+
+def _post(url: str, path: str, body: Any, key: str | None = KEY) -> tuple[int, Any]:
+    import httpx
+
+    headers = {"authorization": f"Bearer {key}"} if key else {}
+    r = httpx.post(url + path, json=body, headers=headers, timeout=120)
+    return r.status_code, r.json()
+
+
+def test_the_proxy_answers_as_reweighter_serve(ray_serve: RayServe, plain: str) -> None:
+    status, served = _post(ray_serve.url, "/v1/reweight", BODY)
+    assert status == 200, served
+    assert _post(plain, "/v1/reweight", BODY) == (200, served)
+    # the same refusals, the same bodies: no key, a wrong key, a bad body
+    for key in (None, "wrong"):
+        assert _post(ray_serve.url, "/v1/reweight", BODY, key) == _post(
+            plain, "/v1/reweight", BODY, key
+        )
+        assert _post(ray_serve.url, "/v1/reweight", BODY, key)[0] == 401
+    bad = {"groups": [{"rewards": [1.0, float("nan")], "completions": ["a", "b"]}]}
+    bad = json.loads(json.dumps(bad).replace("NaN", '"x"'))
+    status, refused = _post(ray_serve.url, "/v1/reweight", bad)
+    assert status == 422, refused
+    assert _post(plain, "/v1/reweight", bad) == (422, refused)
+
+
+def test_the_handle_gives_the_clients_types(ray_serve: RayServe, plain: str) -> None:
+    from reweighter.client import connect
+    from reweighter.types import Group, ReweightRequest
+
+    request = ReweightRequest(
+        groups=[Group(g["rewards"], g["completions"]) for g in BODY["groups"]]
+    )
+    with connect(plain, api_key=KEY) as http, connect("ray://reweighter", api_key=KEY) as handle:
+        want = http.reweight(request)
+        got = handle.reweight(request)
+        assert type(got) is type(want)
+        for g, w in zip(got.groups, want.groups, strict=True):
+            assert g.rewards == pytest.approx(w.rewards, abs=1e-6)
+        assert handle.info()["model"] == http.info()["model"]
+        member = handle.submit_member("h-1", "0", 1, 1.0, completion="alone", timeout_s=30)
+        assert member.complete and member.reward == pytest.approx(1.0)
+    with connect("ray://reweighter") as anonymous, pytest.raises(Unauthenticated):
+        anonymous.reweight(request)
+    with connect("ray://reweighter", api_key=KEY) as handle, pytest.raises(InvalidInput) as e:
+        handle.reweight(ReweightRequest(groups=[Group([1.0, 0.0], ["only one"])]))
+    with connect(plain, api_key=KEY) as http, pytest.raises(InvalidInput) as want_e:
+        http.reweight(ReweightRequest(groups=[Group([1.0, 0.0], ["only one"])]))
+    assert (e.value.field, e.value.message) == (want_e.value.field, want_e.value.message)
+
+
+def _groups(step: str, n: int = 4, size: int = 4) -> list[list[tuple[str, float, str]]]:
+    words = ["alpha", "beta", "gamma", "delta", "alpha beta", "beta gamma"]
+    return [
+        [(f"{m:02d}", float((g + m) % 2), f"{words[(g + m) % 6]} {g}") for m in range(size)]
+        for g in range(n)
+    ]
+
+
+def test_a_replica_killed_mid_step_loses_no_member(ray_serve: RayServe, plain: str) -> None:
+    """Half of every group's members wait in the replicas; one replica is killed; the other
+    half arrive. Every member gets its whole group's /v1/reweight answer after the client's
+    retry (a replica dying under a call is ConnectionFailed, retried like a lost connection)."""
+    import ray
+
+    from reweighter.client import connect
+
+    groups = _groups("kill")
+    members = [(f"kill-{g}", *m) for g, ms in enumerate(groups) for m in ms]
+    first, second = members[::2], members[1::2]
+    client = connect("ray://reweighter", api_key=KEY)
+
+    async def send(batch: list[tuple[str, str, float, str]]) -> list[Any]:
+        return await asyncio.gather(*(
+            client.submit_member_async(gid, mid, 4, r, completion=text, timeout_s=120)
+            for gid, mid, r, text in batch
+        ))  # fmt: skip
+
+    async def step() -> list[Any]:
+        waiting = asyncio.ensure_future(send(first))
+        await asyncio.sleep(3.0)  # they are in Redis, waiting on both replicas
+        victims = ray_serve.replicas()
+        assert len(victims) == 2
+        ray.kill(victims[0], no_restart=True)
+        rest = await send(second)
+        return [*await waiting, *rest]
+
+    try:
+        answers = dict(
+            zip([(g, m) for g, m, _, _ in first + second], asyncio.run(step()), strict=True)
+        )
+    finally:
+        client.close()
+    _, whole = _post(plain, "/v1/reweight", {"groups": [
+        {"rewards": [r for _, r, _ in ms], "completions": [t for _, _, t in ms]} for ms in groups
+    ]})  # fmt: skip
+    for g, ms in enumerate(groups):
+        for i, (mid, _, _) in enumerate(ms):
+            a = answers[(f"kill-{g}", mid)]
+            assert a.complete, a
+            assert a.reward == pytest.approx(whole["groups"][g]["rewards"][i], abs=1e-6)
+    _wait_replicas(ray_serve, 2)  # Serve replaced the killed one
+
+
+def _wait_replicas(rs: RayServe, n: int, timeout: float = 240) -> None:
+    from ray import serve
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        app = serve.status().applications.get("reweighter")
+        dep = app.deployments["Reweighter"] if app else None
+        if (
+            dep
+            and dep.replica_states.get("RUNNING", 0) == n
+            and sum(dep.replica_states.values()) == n
+        ):
+            return
+        time.sleep(1)
+    raise AssertionError(f"not {n} running replicas after {timeout} s: {serve.status()}")
+
+
+def test_redis_restarted_is_the_documented_503_then_recovers(ray_serve: RayServe) -> None:
+    from reweighter.client import RetryPolicy, connect
+
+    ray_serve.redis.stop()
+    try:
+        no_retry = RetryPolicy(retries=0)
+        with (
+            connect(ray_serve.url, api_key=KEY, retry=no_retry) as http,
+            pytest.raises(StoreUnavailable),
+        ):
+            http.submit_member("r-1", "0", 2, 1.0, completion="down", timeout_s=10)
+        with (
+            connect("ray://reweighter", api_key=KEY, retry=no_retry) as handle,
+            pytest.raises(StoreUnavailable),
+        ):
+            handle.submit_member("r-2", "0", 2, 1.0, completion="down", timeout_s=10)
+    finally:
+        ray_serve.redis.start()
+    with connect(ray_serve.url, api_key=KEY) as http:
+        a, b = (
+            http.submit_member_async("r-3", m, 2, 1.0, completion=m, timeout_s=60) for m in "01"
+        )
+
+        async def both() -> list[Any]:
+            return await asyncio.gather(a, b)
+
+        assert all(r.complete for r in asyncio.run(both()))
+
+
+def test_scale_1_2_1_under_steady_load_fails_no_request(ray_serve: RayServe) -> None:
+    """Requests through the proxy and the handle never stop while the deployment goes to one
+    replica, two, and one again (Serve drains the replica it stops)."""
+    from reweighter.client import connect
+
+    ray_serve.deploy(1)
+    _wait_replicas(ray_serve, 1)
+    stop, done, failed = threading.Event(), [], []
+
+    def load(url: str) -> None:
+        with connect(url, api_key=KEY) as client:
+            n = 0
+            while not stop.is_set():
+                n += 1
+                try:
+                    ms = _groups(f"s{n}", n=1, size=2)[0]
+                    out = client.reweight(_request([[(r, t) for _, r, t in ms]]))
+                    assert len(out.groups) == 1
+                    done.append(url)
+                except Exception as e:  # noqa: BLE001 - every failure is the finding
+                    failed.append(f"{url}: {type(e).__name__}: {e}")
+
+    threads = [
+        threading.Thread(target=load, args=(u,)) for u in (ray_serve.url, "ray://reweighter")
+    ]
+    for t in threads:
+        t.start()
+    try:
+        for n in (2, 1):
+            ray_serve.deploy(n)
+            _wait_replicas(ray_serve, n)
+            time.sleep(2)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=180)
+    assert not failed, failed[:5]
+    assert done.count(ray_serve.url) > 3 and done.count("ray://reweighter") > 3
+    ray_serve.deploy(2)  # back to the module's two replicas
+
+
+def _request(groups: list[list[tuple[float, str]]]) -> Any:
+    from reweighter.types import Group, ReweightRequest
+
+    return ReweightRequest(groups=[Group([r for r, _ in g], [t for _, t in g]) for g in groups])
