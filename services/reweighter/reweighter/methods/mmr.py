@@ -16,9 +16,11 @@ below 1).
 Position never decides (the result is permutation-equivariant). Ties in the greedy order are
 broken by content: among the items whose score is within `TIE_TOL` of the best, the one least
 similar to its whole group (smallest sum of its similarities to the others) goes first, then the
-smallest sum of squared similarities. Items that agree on all of that and on the reward (copies
-of one completion, in practice) cannot be told apart by anything the method sees: they share
-the values their places in the order got, each the mean. The authors' code takes the lowest
+smallest sum of squared similarities, then the higher reward (λ = 0 scores only novelty: two
+items with the same similarities and different rewards tie, and the higher reward goes first,
+so it never gets less). Items that agree on all of that and on the reward (copies of one
+completion, in practice) cannot be told apart by anything the method sees: they share the
+values their places in the order got, each the mean. The authors' code takes the lowest
 index instead, which with tied rewards hands an arbitrary member the unpenalised first place.
 
 `equal_rewards`: a group whose rewards all agree (exactly) carries no reward signal. "keep"
@@ -109,6 +111,7 @@ def _mmr(
         if int(cand.sum()) > cand.shape[0]:  # most steps have one best item a group: no keys
             for key in keys:
                 cand = _near_min(key, cand)
+            cand = _near_min(-r, cand)  # then the higher reward (in practice: at λ = 0)
         # Left: items equal in reward and keys (copies); their values are averaged below, so
         # which of them goes first does not change the answer.
         return cand.to(torch.uint8).argmax(-1, keepdim=True)
