@@ -28,7 +28,7 @@ COMPOSE_FILE = REPO / "docker-compose.yml"
 GPU_FILE = REPO / "docker-compose.gpu.yml"
 ENV_EXAMPLE = REPO / ".env.example"
 K8S = REPO / "deploy" / "k8s"
-OVERLAYS = ("cpu", "gpu")
+OVERLAYS = ("cpu", "gpu", "pool")  # pool: the service alone, for many jobs (no trainer Job)
 # The Kubernetes version whose schemas every rendered object must satisfy (kubernetes-validate).
 K8S_VERSION = "1.32.0"
 INSTALL_HINT = "run `bash deploy/install-checkers.sh` (installs it into .venv)"

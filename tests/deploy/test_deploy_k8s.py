@@ -101,8 +101,11 @@ def test_reweighter_probes_config_and_secret(overlay) -> None:
     (key,) = [e for e in c["env"] if e["name"] == "REWEIGHTER_API_KEY"]
     ref = key["valueFrom"]["secretKeyRef"]
     assert ref["name"] == "reweighter-api-key" and ref["key"] == "REWEIGHTER_API_KEY"
-    # The key lives in a Secret the operator creates: none is committed with a value.
-    assert not [o for o in objs if o["kind"] == "Secret"]
+    # The key lives in a Secret the operator creates: none is committed with a value. The pool's
+    # tenants Secret holds key digests only (placeholders no key matches: test_deploy_pool.py).
+    secrets = [o for o in objs if o["kind"] == "Secret"]
+    assert [s["metadata"]["name"] for s in secrets] in ([], ["reweighter-tenants"])
+    assert all("key:" not in yaml.safe_dump(s) for s in secrets)
     sec = pod_spec(deploy)["securityContext"]
     assert sec["runAsNonRoot"] is True and sec["runAsUser"] != 0
 
@@ -169,6 +172,9 @@ def test_urls_point_at_services_that_exist(overlay) -> None:
 
 def test_trainer_job_waits_for_the_service(overlay) -> None:
     name, objs = overlay
+    if name == "pool":
+        assert not [o for o in objs if o["kind"] == "Job"], "the pool runs no trainer"
+        return
     job = get(objs, "Job", "trainer")
     spec = pod_spec(job)
     assert spec["restartPolicy"] == "Never"
