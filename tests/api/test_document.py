@@ -102,6 +102,11 @@ def test_the_schema_says_what_the_service_takes(served: ServedApp) -> None:
     (group_id,) = [p for p in doc["paths"]["/v1/groups/{group_id}/members"]["post"]["parameters"]
                    if p["in"] == "path"]  # fmt: skip
     assert group_id["schema"]["minLength"] == 1
+    # this service has a key: every /v1 operation asks for it (the token path may go without)
+    assert doc["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
+    assert doc["paths"]["/v1/reweight"]["post"]["security"] == [{"bearer": []}]
+    assert {} in doc["paths"]["/v1/openrlhf/{token}/reward"]["post"]["security"]
+    assert "security" not in doc["paths"]["/healthz"]["get"]
 
 
 @pytest.mark.parametrize(

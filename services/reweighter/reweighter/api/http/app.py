@@ -20,7 +20,7 @@ from ...limits import max_body_bytes
 from ...tenancy import Tenants
 from ...wire.openai import OPENAI_PATHS
 from ..metrics import Metrics
-from .admission import Admission
+from .admission import PROTECTED_PREFIX, Admission
 from .dispatch import check_routes
 from .errors import install_error_handlers
 from .openrlhf import build_openrlhf_router, token_tenant
@@ -59,7 +59,7 @@ def create_app(
     app.include_router(build_router(engine, settings, metrics, assembler))
     app.include_router(build_openrlhf_router(settings.openrlhf, metrics, assembler))
     check_routes(app)
-    _openai_document(app)
+    _document(app, keyed=not tenants.table.open)
     token = settings.openrlhf.token
     app.add_middleware(
         Admission,
@@ -73,18 +73,31 @@ def create_app(
     return app
 
 
-def _openai_document(app: FastAPI) -> None:
-    """/openapi.json without the 422 FastAPI adds to every operation with a body, on the OpenAI
-    paths, which answer bad input with 400 in OpenAI's shape (their responses say so): a
-    generated client would wait for a 422 that never comes."""
+BEARER = {"type": "http", "scheme": "bearer", "description": "the API key (or a tenant's): "
+          "`Authorization: Bearer <key>`; needed on /v1 when the service has one"}  # fmt: skip
+"""The document's security scheme: what admission (admission.py) asks of a /v1 caller."""
+
+
+def _document(app: FastAPI, keyed: bool) -> None:
+    """/openapi.json as FastAPI writes it, and two things FastAPI cannot know: a keyed service
+    asks every /v1 operation for the bearer key (`securitySchemes`; the OpenRLHF token path
+    carries its own secret and may go without), and the OpenAI paths lose the 422 FastAPI adds
+    to every operation with a body: they answer bad input with 400 in OpenAI's shape (their
+    responses say so), and a generated client would wait for a 422 that never comes."""
     build = app.openapi
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             doc = build()
-            for path in OPENAI_PATHS:
-                for operation in doc["paths"].get(path, {}).values():
-                    operation["responses"].pop("422", None)
+            for path, operations in doc["paths"].items():
+                for operation in operations.values():
+                    if path in OPENAI_PATHS:
+                        operation["responses"].pop("422", None)
+                    if keyed and path.startswith(PROTECTED_PREFIX):
+                        own = "{token}" in path  # its secret in the path, or the key
+                        operation["security"] = [{"bearer": []}, {}] if own else [{"bearer": []}]
+            if keyed:
+                doc.setdefault("components", {})["securitySchemes"] = {"bearer": BEARER}
         return app.openapi_schema  # type: ignore[return-value]
 
     app.openapi = openapi  # type: ignore[method-assign]

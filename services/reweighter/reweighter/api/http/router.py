@@ -77,6 +77,11 @@ the edge and the engine can give it (a route adds its own: 404, 409, 502)."""
 
 
 _MEMBER_ERRORS: dict[int | str, dict[str, Any]] = {
+    404: {
+        "model": ErrorOut,
+        "description": "NotFound: a group id with a newline, which the URL path cannot carry "
+        "(no route matches it)",
+    },
     409: {
         "model": ErrorOut,
         "description": "Conflict: this member was sent before with another payload; or "
@@ -87,10 +92,15 @@ _MEMBER_ERRORS: dict[int | str, dict[str, Any]] = {
 
 
 GroupId = Annotated[
-    str, Path(description="the group", json_schema_extra=rules_of(MemberSubmission, "group_id"))
+    str,
+    Path(
+        description="the group (no newline: the path cannot carry one)",
+        json_schema_extra={**rules_of(MemberSubmission, "group_id"), "pattern": "^[^\n]*$"},
+    ),
 ]
 """The member route's path parameter, its rules stated as its message's field states them
-(documented only: the engine judges them, as for every transport)."""
+(documented only: the engine judges them, as for every transport), and the one this path adds:
+no newline (the route's `{group_id:path}` does not match one: 404)."""
 
 
 def build_router(
