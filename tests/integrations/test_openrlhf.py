@@ -810,3 +810,33 @@ async def test_two_replicas_on_one_redis_serve_any_sample(
         keys = list(sync.scan_iter(match=f"{prefix}*"))
         if keys:
             sync.delete(*keys)
+
+
+async def test_a_surplus_on_one_replica_turns_the_other_raw_too(
+    engine, tokenizer, shared_redis_url
+) -> None:
+    """Two services on one Redis, OpenRLHF's client alternating them, `?n=7` with 8 samples a
+    prompt: the surplus one replica sees shows n wrong on both (the rounds' shared state): no
+    reweighted number is computed over a group that is not exactly 7 samples of one pass, and
+    the next pass is answered raw, flagged wrong_n, by both replicas."""
+    prefix = f"test:orlhf-wrong:{os.urandom(6).hex()}:"
+    settings = loopback(redis_url=shared_redis_url, assembly_prefix=prefix)
+    try:
+        with BackgroundService(settings, engine) as a, BackgroundService(settings, engine) as b:
+            urls = [f"{s.http_url}/v1/openrlhf/reward?n=7" for s in (a, b)]
+            for step, suffix in enumerate([" first pass", " second pass"]):
+                rows = [(p, lab, r + suffix) for p, lab, r in
+                        problems(k=4, n=8, seed=66, tokenizer=tokenizer)]  # fmt: skip
+                outs = await run_openrlhf(urls, rows, tokenizer)
+                _check_pass(outs, engine, tokenizer, suffix, 7)
+                if step == 0:
+                    assert sum(o["extra_logs"]["surplus"][0] for o in outs) >= 1
+                else:
+                    assert all(o["extra_logs"]["wrong_n"] == [1.0] for o in outs)
+    finally:
+        import redis
+
+        sync = redis.Redis.from_url(shared_redis_url)
+        keys = list(sync.scan_iter(match=f"{prefix}*"))
+        assert any(b"openrlhf:wrong:" in k for k in keys), keys  # n=7's reason, shared
+        sync.delete(*keys)
