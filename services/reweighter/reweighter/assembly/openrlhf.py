@@ -472,7 +472,7 @@ class Rounds:
 
     @staticmethod
     def _key(prompt: str, n: int) -> str:
-        return hashlib.sha256(f"{n}\0{prompt}".encode()).hexdigest()[:24]
+        return hashlib.sha256(f"{n}\0{prompt}".encode("utf-8", "surrogatepass")).hexdigest()[:24]
 
     async def enter(self, prompt: str, query: str, n: int) -> Seat:
         """The seat of one sample; call `leave(seat, answered=...)` when its call ends. A seat
