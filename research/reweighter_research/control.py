@@ -299,7 +299,8 @@ def dry_run(out: Path) -> dict[str, Any]:
         "TRANSFORMERS_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",
     }
-    with serve("--device", "cpu", "--no-compile", env=env) as served:
+    # a loaded 2-core machine takes minutes to load the encoder: more than serve's default 180 s
+    with serve("--device", "cpu", "--no-compile", env=env, timeout=900) as served:
         argv = experiment_argv(
             out,
             served.url,
