@@ -32,7 +32,8 @@ BENCHMARKS = BENCH.parent / "BENCHMARKS.md"
 HISTORY = BENCH.parent / "BENCHMARKS-HISTORY.md"
 AREAS = ("First contact", "Fairness", "The host path", "Long completions", "Methods",
          "`/v1/reweight` latency", "Group assembly", "Client CPU", "Health under an assembly flood",
-         "The three services", "Tenants", "AIPerf", "GPU rows", "Precision")  # fmt: skip
+         "The three services", "Tenants", "AIPerf", "GPU rows", "Precision",
+         "A long run")  # fmt: skip
 MACHINES = ("Zen 3", "Zen 4", "Xeon", "EPYC", "H200", "H100")
 """The machines BENCHMARKS.md describes under **Machines**; a figure names the one it ran on."""
 SECTION = re.compile(r"^## (?:([A-Z]{1,2}\d?|\d+[a-z]?)\. )?(.*)$", re.M)
