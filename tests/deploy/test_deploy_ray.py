@@ -228,6 +228,21 @@ def _post(url: str, path: str, body: Any, key: str | None = KEY) -> tuple[int, A
     return r.status_code, r.json()
 
 
+def test_build_on_the_cluster_refuses_what_it_cannot_run(ray_serve: RayServe) -> None:
+    """On this GPU-less cluster, `build` (what `serve run` / `serve deploy` call) refuses GPUs
+    and several replicas without Redis before anything is deployed, naming the setting."""
+    from reweighter.deploy.ray import DeployRefused, build
+
+    redis = {"redis_url": ray_serve.redis.url}
+    with pytest.raises(DeployRefused, match=r"^ray_actor_options\.num_gpus: 0\.5 asked"):
+        build({"settings": redis, "deployment": {"ray_actor_options": {"num_gpus": 0.5}}})
+    with pytest.raises(DeployRefused, match=r"^redis_url: 3 replicas"):
+        auto = {"min_replicas": 1, "max_replicas": 3}
+        build({"settings": {}, "deployment": {"autoscaling_config": auto}})
+    with pytest.raises(DeployRefused, match=r"^model: '/absent'"):
+        build({"settings": {**redis, "model": "/absent"}})
+
+
 def test_the_proxy_answers_as_reweighter_serve(ray_serve: RayServe, plain: str) -> None:
     status, served = _post(ray_serve.url, "/v1/reweight", BODY)
     assert status == 200, served
