@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 OUT = Path(__file__).resolve().parent / "out"
+NONCE = f"{os.getpid()}{time.time_ns() % 10**9}"
 WORDS = ["first", "we", "compute", "the", "product", "then", "carry", "digit", "so", "partial",
          "sum", "becomes", "checking", "again", "remainder", "is", "small", "hence", "total",
          "equals", "therefore", "it", "answer", "seven", "twelve", "divide", "both",
@@ -45,7 +46,8 @@ class Texts:
         self.words, self.rng, self.n = words, random.Random(seed), itertools.count()
 
     def one(self) -> str:
-        return f"Attempt {next(self.n)}. " + " ".join(self.rng.choices(WORDS, k=self.words))
+        # the run's nonce: a rerun's texts are new to the replicas' Redis embedding cache too
+        return f"Attempt {NONCE}-{next(self.n)}. " + " ".join(self.rng.choices(WORDS, k=self.words))
 
 
 def _redis_url() -> tuple[str, subprocess.Popen | None]:
