@@ -268,6 +268,24 @@ def wordadd_verdicts(results: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def control_verdicts(results: dict[str, Any]) -> dict[str, Any]:
+    """picktwo's positive control (control.control_decision, as PREREGISTRATION.md fixes it):
+    the calibration, what it decides about the picktwo refutations, H2 and MMR's area."""
+    from .control import control_decision
+
+    stored = results["decision"]
+    got = control_decision(
+        results["runs"], delta_2x=stored["delta_2x"], min_seeds=stored["min_seeds"]
+    )
+    matches = got["summary"] == stored["summary"]
+    return {
+        "kind": "positive control (reweighter_research.control, pre-registered)",
+        "summary": got["summary"],
+        "matches": matches,
+        "note": f"{got['summary']}; matches results.json: {str(matches).lower()}",
+    }
+
+
 def ratio_verdicts(results: dict[str, Any]) -> dict[str, Any]:
     """pickone's step-ratio rule (metrics.RULE), and the area reading of issue 31 beside it."""
     stored = results["decision"]
@@ -400,7 +418,9 @@ def verdicts(folder: Path | str) -> list[dict[str, Any]]:
     stored = (results or {}).get("decision")
     runs = (results or {}).get("runs")
     if isinstance(stored, dict) and isinstance(runs, list):
-        if "control" in stored:
+        if "calibration" in stored:
+            out.append(control_verdicts(results))
+        elif "control" in stored:
             out.append(wordadd_verdicts(results))
         elif "verdict_per_arm" in stored:
             out.append(area_verdicts(folder, results))

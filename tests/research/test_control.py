@@ -8,6 +8,7 @@ runner and the rule end to end (slow)."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -230,3 +231,20 @@ def test_the_cpu_dry_run_goes_through_the_runner_and_the_rule(tmp_path) -> None:
     again = control.dry_run(tmp_path)
     assert {p.name: p.stat().st_mtime_ns for p in (tmp_path / "runs").glob("*.json")} == before
     assert again["toy_decision"]["summary"] == toy["summary"]
+
+
+def test_decision_verdicts_recomputes_the_controls_results(tmp_path) -> None:
+    """Once the control has data, `decision --verdicts` prints its pre-registered decision
+    recomputed from the runs (not 'not a training rule'), and says whether results.json agrees."""
+    from reweighter_research import verdicts
+
+    runs = _runs(np.random.default_rng(0), near_speed=1.5)
+    decision = control.control_decision(runs)
+    (tmp_path / "results.json").write_text(json.dumps({"runs": runs, "decision": decision}))
+    (v,) = verdicts.verdicts(tmp_path)
+    assert v["kind"].startswith("positive control") and v["matches"]
+    assert "calibration passed" in v["summary"] and "stand: calibrated" in v["summary"]
+    decision["summary"] = "calibration FAILED"  # a results.json that disagrees is said so
+    (tmp_path / "results.json").write_text(json.dumps({"runs": runs, "decision": decision}))
+    (v,) = verdicts.verdicts(tmp_path)
+    assert not v["matches"] and verdicts.render(v)[-1].endswith("matches results.json: false")
