@@ -201,6 +201,14 @@ class Settings(BaseSettings):
     host: str = Field("127.0.0.1", description="address both transports bind")
     http_port: int = Field(8080, description="HTTP port; 0 picks a free one")
     grpc_port: int = Field(50051, description="gRPC port; 0 picks a free one")
+    tls_cert_file: str | None = Field(
+        None,
+        description="TLS certificate chain (PEM) served on both ports, HTTPS and gRPC over TLS; "
+        "with tls_key_file, both or neither; unset = plain (docs/service.md, TLS)",
+    )
+    tls_key_file: str | None = Field(
+        None, description="private key (PEM) of tls_cert_file; both or neither"
+    )
     api_key: str | None = Field(
         None,
         validation_alias=AliasChoices("REWEIGHTER_API_KEY", "api_key"),

@@ -38,10 +38,12 @@ class Served:
     grpc_port: int = 0
     env: dict[str, str] = field(default_factory=dict)
     """The REWEIGHTER_* settings it was started with."""
+    ca_file: str | None = None
+    """Served over TLS (--tls-cert-file): the roots its clients trust; url is then https."""
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.http_port}"
+        return f"{'https' if self.ca_file else 'http'}://127.0.0.1:{self.http_port}"
 
     @property
     def target(self) -> str:
@@ -119,6 +121,7 @@ def serve(
     timeout: float = 180.0,
     ready: bool = True,
     nofile: int | None = None,
+    ca_file: str | None = None,
 ) -> Served:
     """Start `reweighter serve` on free loopback ports with `flags`; return once /readyz says
     ready (with ready=False, once /healthz answers: the transport without the model).
@@ -126,8 +129,9 @@ def serve(
     `settings` go in as REWEIGHTER_<NAME> variables (an unknown one is ignored, as for a user);
     `env` replaces the inherited environment (default: this process's, with the hub offline and
     REDIS_URL unset: pass it in `settings` as redis_url). `nofile` caps the child's open files
-    (RLIMIT_NOFILE), as a small container would. Raises with the log's tail when serve exits or
-    is not ready in `timeout` s."""
+    (RLIMIT_NOFILE), as a small container would. `ca_file`: for flags that turn TLS on
+    (--tls-cert-file, --tls-key-file), it is probed over https trusting this file. Raises with
+    the log's tail when serve exits or is not ready in `timeout` s."""
     child_env = dict(os.environ if env is None else env)
     child_env.update(OFFLINE)
     if env is None:
@@ -144,7 +148,12 @@ def serve(
             cmd, stdout=out, stderr=subprocess.STDOUT, env=child_env,
             preexec_fn=_child_setup(nofile),
         )  # fmt: skip
-    served = Served(proc, log_path, env=given)
+    served = Served(proc, log_path, env=given, ca_file=ca_file)
+    verify: Any = True
+    if ca_file is not None:
+        from .tls import http_ssl_context
+
+        verify = http_ssl_context(ca_file)
     deadline = time.monotonic() + timeout
     probe = "/readyz" if ready else "/healthz"
     try:
@@ -155,7 +164,8 @@ def serve(
                 served.http_port, served.grpc_port = int(m[1]), int(m[2])
             if served.http_port:
                 with contextlib.suppress(httpx.HTTPError):
-                    if httpx.get(served.url + probe, timeout=2).status_code == 200:
+                    answer = httpx.get(served.url + probe, timeout=2, verify=verify)
+                    if answer.status_code == 200:
                         return served
             time.sleep(0.1)
         raise TimeoutError(f"serve not ready in {timeout:.0f} s:\n{served.log()[-3000:]}")

@@ -18,6 +18,7 @@ from .config import Settings, add_settings_flags, settings_from_args
 from .service import BackgroundService, Service
 from .shutdown import exit_now, exit_watchdog
 from .tenancy import TenantsFileError
+from .tls import TLSSettingsError
 
 log = logging.getLogger("reweighter.server")
 
@@ -46,7 +47,7 @@ def main(args: argparse.Namespace) -> int:
     logs.install()  # no credentials in any line, no floods of one repeated line
     try:
         return asyncio.run(_serve_until_signal(settings, args.shutdown_grace))
-    except (OSError, TenantsFileError) as e:  # a port in use, an unknown host, a bad file
+    except (OSError, TenantsFileError, TLSSettingsError) as e:  # a port in use, a bad file
         log.error("cannot start: %s", e)
         return 2
 

@@ -30,6 +30,7 @@ from .config import Settings
 from .engine.surface import EngineSurface
 from .shutdown import draining
 from .tenancy import Tenants
+from .tls import server_tls
 
 log = logging.getLogger("reweighter.server")
 
@@ -104,6 +105,8 @@ class Service:
         log_config: Any = "uvicorn",
     ) -> None:
         self.settings = settings
+        # both TLS files or neither, readable and a pair: refused before anything is built
+        self.tls = server_tls(settings)
         self._owns_engine = engine is None
         if engine is None:
             from .engine import ReweightEngine
@@ -158,6 +161,9 @@ class Service:
             log_config=self._log_config,
             access_log=s.log_level.lower() == "debug",
             timeout_graceful_shutdown=None,
+            # TLS is asyncio's, below the connection layer: GuardedConnection sees plain bytes
+            ssl_certfile=self.tls.cert_file if self.tls else None,
+            ssl_keyfile=self.tls.key_file if self.tls else None,
         )
         self.http = _Uvicorn(config)
         await self.grpc.start()
@@ -168,11 +174,12 @@ class Service:
                 raise RuntimeError("the HTTP server stopped while starting")
             await asyncio.sleep(0.01)
         log.info(
-            "serving HTTP on %s:%d and gRPC on %s:%d",
+            "serving HTTP on %s:%d and gRPC on %s:%d%s",
             s.host,
             self.http_port,
             s.host,
             self.grpc_port,
+            f" over TLS ({self.tls.cert_file})" if self.tls else "",
         )
         if not self.engine.ready:
             self._tasks.append(asyncio.create_task(self._load()))

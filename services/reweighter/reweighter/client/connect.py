@@ -1,6 +1,7 @@
 """One way to connect: a URL in, a client out, for every integration and the trainer.
 
     client = connect("http://reweighter:8080")      # or https://, grpc://, grpcs://, inprocess://
+    client = connect("grpcs://host:50051", ca_file="ca.pem")   # TLS, this CA's roots trusted
     client = connect("ray://reweighter")             # the Ray Serve app, by a DeploymentHandle
     client.reweight(request)                         # a whole batch (TRL, slime, SkyRL)
     await client.submit_member_async(...)            # one member, from any event loop (verl)
@@ -32,10 +33,13 @@ def connect(
     timeout_s: float | None = None,
     retry: RetryPolicy | None = None,
     settings: Settings | Mapping[str, Any] | None = None,
+    ca_file: str | None = None,
 ) -> Reweighter:
     """A client for `url`: "http(s)://host:port[/prefix]", "grpc://host:port", "grpcs://host:port"
-    (TLS with the system roots), "ray://<app>" (the Ray Serve application of that name on the
-    Ray cluster this process is in, through a DeploymentHandle: client/ray.py) or
+    (https and grpcs: TLS, the server verified against `ca_file`, a PEM file of the roots to
+    trust, else SSL_CERT_FILE's, else the system's; reweighter/tls.py), "ray://<app>" (the
+    Ray Serve application of that name on the Ray cluster this process is in, through a
+    DeploymentHandle: client/ray.py) or
     "inprocess://" (also "inprocess": the engine in this process, built on first use from
     `settings`, a Settings or overrides of the environment's, e.g. {"long_text": "tail"};
     needs `reweighter[server]`).
@@ -56,21 +60,22 @@ def connect(
     for name, value in (("api_key", api_key), ("timeout_s", timeout_s)):
         if inprocess and value is not None:
             raise ValueError(f"{name}: the in-process backend has no network; leave it unset")
+    if ca_file is not None and not url.startswith(("https://", "grpcs://")):
+        raise ValueError(f"ca_file: {url} is not TLS; give https:// or grpcs://")
     timeout = DEFAULT_TIMEOUT_S if timeout_s is None else float(timeout_s)
     if url.startswith(("http://", "https://")):
         from .http import ReweighterClient
 
-        return ReweighterClient(url, api_key=api_key, timeout=timeout, retry=retry)
+        return ReweighterClient(url, api_key=api_key, timeout=timeout, retry=retry, ca_file=ca_file)
     if url.startswith(("grpc://", "grpcs://")):
         from .grpc import GrpcReweighterClient
 
-        secure = url.startswith("grpcs://")
         target = url.split("://", 1)[1].rstrip("/")
         credentials = None
-        if secure:
-            import grpc
+        if url.startswith("grpcs://"):
+            from ..tls import grpc_channel_credentials
 
-            credentials = grpc.ssl_channel_credentials()
+            credentials = grpc_channel_credentials(ca_file)
         return GrpcReweighterClient(
             target, api_key=api_key, timeout=timeout, retry=retry, credentials=credentials
         )

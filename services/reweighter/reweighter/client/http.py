@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -25,6 +26,7 @@ import aiohttp
 from pydantic import TypeAdapter, ValidationError
 
 from ..errors import ConnectionFailed, ReweighterError
+from ..tls import http_ssl_context
 from ..types import (
     EmbedRequest,
     EmbedResult,
@@ -76,9 +78,16 @@ class AsyncReweighterClient(AsyncClientBase):
         api_key: str | None = None,
         timeout: float = DEFAULT_TIMEOUT_S,
         retry: RetryPolicy | None = None,
+        ca_file: str | None = None,
     ) -> None:
         self.retry = retry or RetryPolicy()
         self.base_url = base_url.rstrip("/")
+        # https: verified against ca_file, else SSL_CERT_FILE, else the system's roots (tls.py)
+        self._ssl: ssl.SSLContext | bool = True
+        if self.base_url.startswith("https://"):
+            self._ssl = http_ssl_context(ca_file)
+        elif ca_file is not None:
+            raise ValueError(f"ca_file: {base_url} is plain HTTP; TLS is https://")
         self.timeout = timeout
         self._headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
         self._http: aiohttp.ClientSession | None = None
@@ -87,7 +96,7 @@ class AsyncReweighterClient(AsyncClientBase):
         if self._http is None:
             self._http = aiohttp.ClientSession(
                 headers=self._headers,
-                connector=aiohttp.TCPConnector(limit=0),  # see the module docstring
+                connector=aiohttp.TCPConnector(limit=0, ssl=self._ssl),  # see the docstring
                 timeout=self._timeout(self.timeout),
                 # answers are parsed as they are; no cookies, no proxies from the environment
                 cookie_jar=aiohttp.DummyCookieJar(),

@@ -16,6 +16,7 @@ from ...engine.surface import EngineSurface
 from ...errors import Unauthenticated
 from ...limits import grpc_server_options
 from ...tenancy import DEFAULT, Tenant, Tenants, enter
+from ...tls import server_tls
 from ...wire._proto.reweighter.v1 import reweighter_pb2 as pb
 from ...wire._proto.reweighter.v1 import reweighter_pb2_grpc as pb_grpc
 from ..metrics import Metrics
@@ -133,8 +134,14 @@ class GrpcServer:
         )
         host = settings.host
         address = f"[{host}]" if ":" in host and not host.startswith("[") else host
+        tls = server_tls(settings)  # refused naming the setting: reweighter/tls.py
+        self.tls = tls is not None
+        bind = f"{address}:{settings.grpc_port}"
         try:
-            self.port = self.server.add_insecure_port(f"{address}:{settings.grpc_port}")
+            if tls is None:
+                self.port = self.server.add_insecure_port(bind)
+            else:
+                self.port = self.server.add_secure_port(bind, tls.grpc_credentials())
         except RuntimeError as e:  # grpc reports a port in use this way
             raise OSError(f"cannot bind gRPC to {address}:{settings.grpc_port}: in use?") from e
         if self.port == 0:
