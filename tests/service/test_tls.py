@@ -158,3 +158,13 @@ def test_connect_refuses_a_ca_file_it_cannot_apply_or_read(tmp_path: Path) -> No
     (tmp_path / "empty.pem").write_text("not a certificate\n")
     with pytest.raises(ValueError, match="ca_file .*no PEM certificates"):
         connect("https://127.0.0.1:8080", ca_file=str(tmp_path / "empty.pem"))
+
+
+def test_ray_serve_refuses_tls_settings_it_would_not_apply() -> None:
+    """Serve's proxy owns the connections there: the files would be dropped, so they are refused."""
+    from reweighter.config import Settings
+    from reweighter.deploy.checks import DeployRefused, check
+
+    for name in ("tls_cert_file", "tls_key_file"):
+        with pytest.raises(DeployRefused, match=rf"^{name}: TLS is served by `reweighter serve`"):
+            check(Settings(**{name: "server.pem"}), {"num_replicas": 1}, None)

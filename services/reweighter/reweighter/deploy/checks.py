@@ -47,6 +47,12 @@ def check(settings: Settings, options: Mapping[str, Any], cluster_gpus: float | 
             f"device: 'cpu' with ray_actor_options.num_gpus {gpus:g}: the GPU would be held "
             "and never used (device: auto or cuda)"
         )
+    for name in ("tls_cert_file", "tls_key_file"):
+        if getattr(settings, name) is not None:
+            raise DeployRefused(
+                f"{name}: TLS is served by `reweighter serve`; on Ray Serve its proxy owns the "
+                "connections (give TLS to the proxy or an ingress in front of it)"
+            )
     _check_model(settings.model)
 
 

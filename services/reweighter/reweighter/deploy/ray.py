@@ -24,7 +24,8 @@ Two ways in:
 
 Bad settings are refused when the application is built (`serve run`, `serve deploy`, or a
 replica starting), naming the setting: more than one replica without `redis_url`, GPUs asked
-on a cluster that has none, a model that is not there (DeployRefused).
+on a cluster that has none, a model that is not there, TLS files (the proxy's to serve)
+(DeployRefused).
 """
 
 from __future__ import annotations
