@@ -13,7 +13,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 PRODUCT = [REPO / "services" / "reweighter" / "reweighter", REPO / "trainer" / "reweighter_trainer"]
-HARNESS = ["experiment", "decision", "verdicts", "control", "resolution", "gate", "plots", "metrics"]
+HARNESS = [
+    "experiment", "decision", "verdicts", "control", "resolution", "gate", "plots", "metrics"
+]
 
 
 def _imported(path: Path) -> set[str]:
