@@ -5,13 +5,15 @@ replicas' shared store.
 Fast: the deploy-time refusals (check(), the shipped configs' args), the `ray://` spelling.
 Slow (kind `ray`, one cluster for the module): the /v1 API through Serve's proxy gives the body
 and the errors of a plain `reweighter serve`, the handle (`connect("ray://reweighter")`) the
-same result types and errors; a replica killed in the middle of a step, Redis restarted, and a
-scale 1 -> 2 -> 1 under steady load.
+same result types and errors; a replica killed in the middle of a step, Redis restarted, a
+scale 1 -> 2 -> 1 under steady load, and Serve's autoscaler doing it on its own from the queue,
+draining members that wait for their group, each group computed once (Redis's MONITOR).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import os
 import re
@@ -434,6 +436,221 @@ def test_scale_1_2_1_under_steady_load_fails_no_request(ray_serve: RayServe) -> 
             t.join(timeout=180)
     assert not failed, failed[:5]
     assert done.count(ray_serve.url) > 3 and done.count("ray://reweighter") > 3
+    ray_serve.deploy(2)  # back to the module's two replicas
+
+
+AUTOSCALING = {
+    "min_replicas": 1,
+    "max_replicas": 2,
+    "target_ongoing_requests": 5,  # requests in a replica, group members waiting included
+    "upscale_delay_s": 2,
+    "downscale_delay_s": 10,
+    "look_back_period_s": 5,
+}
+
+
+class Computations:
+    """Every command Redis executes (MONITOR), read in a thread: `finish` runs once per
+    computation that a replica completes (round.py's _compute, whichever replica), so the
+    finish calls per group id are the group's computations, over every replica, removed ones
+    included; the connection that ran each member's `add` says which replica took it."""
+
+    def __init__(self, url: str) -> None:
+        import hashlib
+
+        import redis
+
+        from reweighter.assembly.redis_store import _ADD, _FINISH
+
+        self.redis = redis.Redis.from_url(url)
+        for script in (_ADD, _FINISH):  # loaded now: no NOSCRIPT retry doubles a line
+            self.redis.script_load(script)
+        self.add, self.finish = (hashlib.sha1(s.encode()).hexdigest() for s in (_ADD, _FINISH))
+        self.lines: list[tuple[str, str]] = []  # (client address, command)
+        self.ready = threading.Event()
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+        assert self.ready.wait(30)
+
+    def _read(self) -> None:
+        with self.redis.monitor() as m:
+            self.ready.set()
+            while True:  # `1764.5 [0 127.0.0.1:5123] "EVALSHA" "<sha>" "10" "<key>" ...`
+                line = m.connection.read_response().decode(errors="replace")
+                if "monitor-stop" in line:
+                    return
+                client = re.match(r"\S+ \[\d+ ([^\]]*)\] ", line)
+                assert client is not None, line
+                self.lines.append((client.group(1), line[client.end() :]))
+
+    def stop(self) -> None:
+        self.redis.echo("monitor-stop")
+        self.thread.join(timeout=30)
+        assert not self.thread.is_alive()
+
+    def clients(self) -> set[str]:
+        return {c["addr"] for c in self.redis.client_list()}
+
+    def calls(self, sha: str, tag: str) -> list[tuple[str, str]]:
+        """(client address, group id) of each call of the script `sha` on a group `tag-*-z`
+        (its key may carry the tenant before the id)."""
+        found = []
+        for addr, command in self.lines:
+            gid = re.search(rf'g:[^"]*?({tag}-\w+-z):meta"', command)
+            if f'"EVALSHA" "{sha}"' in command and gid is not None:
+                found.append((addr, gid.group(1)))
+        return found
+
+
+def _states(rs: RayServe) -> dict[str, int]:
+    from ray import serve
+
+    app = serve.status().applications.get("reweighter")
+    return dict(app.deployments["Reweighter"].replica_states) if app else {}
+
+
+def _until(what: str, ok: Any, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not ok():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout} s")
+        time.sleep(0.5)
+
+
+@pytest.mark.timeout(900)
+def test_autoscaling_on_the_queue_scales_1_2_1_and_drains_waiting_members(
+    ray_serve: RayServe, plain: str
+) -> None:
+    """Deployed through `build` with an autoscaling_config (as deploy/ray/*.yaml do), Serve
+    scales 1 -> 2 on its own under steady load (proxy and handle, reweight calls and 4-member
+    groups), and back to 1 when the load drops. The replica it removes holds members waiting
+    for their group: it drains (graceful_shutdown_timeout_s) until their siblings, sent to the
+    other replica once the scale-down has begun, complete the group through Redis. No request
+    fails, every member gets its whole group's answer, and every group is computed exactly once
+    across the replicas (Redis's own record of the `finish` calls)."""
+    from ray import serve
+
+    from reweighter.client import connect
+    from reweighter.deploy.ray import build
+
+    tag = f"au{os.getpid()}"
+    args = ray_serve.args(1)
+    args["deployment"].pop("num_replicas")
+    args["deployment"]["autoscaling_config"] = AUTOSCALING
+    serve.run(build(args), name="reweighter", route_prefix="/")
+    _until("idle: one replica", lambda: _states(ray_serve) == {"RUNNING": 1}, 180)
+    monitor = Computations(ray_serve.redis.url)
+    handle = connect("ray://reweighter", api_key=KEY)
+    proxy = connect(ray_serve.url, api_key=KEY)
+    stop, done, failed, gids = threading.Event(), [], [], []
+    t0 = time.monotonic()
+
+    def load(client: Any, name: str) -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            try:
+                ms = _groups("", n=1, size=4)[0]
+                out = client.reweight(_request([[(r, t) for _, r, t in ms]]))
+                assert len(out.groups) == 1
+                gid = f"{tag}-{name}{n}-z"
+
+                async def group(gid: str = gid, ms: Any = ms) -> list[Any]:
+                    return await asyncio.gather(*(
+                        client.submit_member_async(gid, m, 4, r, completion=t, timeout_s=120)
+                        for m, r, t in ms
+                    ))  # fmt: skip
+
+                answers = asyncio.run(group())
+                assert all(a.complete for a in answers), answers
+                gids.append(gid)
+                done.append(name)
+            except Exception as e:  # noqa: BLE001 - every failure is the finding
+                failed.append(f"{name}: {type(e).__name__}: {e}")
+
+    threads = [
+        threading.Thread(target=load, args=(c, f"{k}{i}"))
+        for i in range(2)
+        for c, k in ((proxy, "p"), (handle, "h"))
+    ]
+    try:
+        for t in threads:
+            t.start()
+        _until("scaled up to 2 replicas", lambda: _states(ray_serve) == {"RUNNING": 2}, 300)
+        up_s = time.monotonic() - t0
+        time.sleep(5)  # the load keeps both busy a while
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=180)
+    assert not failed, failed[:5]
+    assert len(done) > 8 and {"p0", "p1", "h0", "h1"} <= set(done)
+
+    # the load drops to four members waiting for their groups: two through each way in, the
+    # handle's router putting one on each replica
+    waiting = [(f"{tag}-drain{g}-z", via) for g, via in enumerate((handle, handle, proxy, proxy))]
+    texts = {gid: (f"wait {g} alpha", f"late {g} beta") for g, (gid, _) in enumerate(waiting)}
+    first: list[Any] = []
+
+    def wait_first() -> None:
+        async def each() -> list[Any]:
+            return await asyncio.gather(*(
+                via.submit_member_async(gid, "0", 2, 1.0, completion=texts[gid][0],
+                                        timeout_s=240)
+                for gid, via in waiting
+            ))  # fmt: skip
+
+        first.extend(asyncio.run(each()))
+
+    waiter = threading.Thread(target=wait_first)
+    waiter.start()
+    try:
+        _until("scale-down began", lambda: _states(ray_serve).get("RUNNING") == 1, 240)
+        stopping = monitor.clients()  # both replicas' connections still here
+        down_s = time.monotonic() - t0
+        time.sleep(2)  # the removed replica drains with its member still waiting
+
+        async def rest() -> list[Any]:
+            return await asyncio.gather(*(
+                via.submit_member_async(gid, "1", 2, 0.0, completion=texts[gid][1],
+                                        timeout_s=240)
+                for gid, via in waiting
+            ))  # fmt: skip
+
+        second = asyncio.run(rest())
+    finally:
+        waiter.join(timeout=300)
+    answered = monitor.clients()  # every member has its answer now
+    _until("one replica left", lambda: _states(ray_serve) == {"RUNNING": 1}, 240)
+    gone = stopping - monitor.clients()  # the removed replica's connections
+    monitor.stop()
+    handle.close()
+    proxy.close()
+
+    assert len(first) == len(waiting)
+    _, whole = _post(plain, "/v1/reweight", {"groups": [
+        {"rewards": [1.0, 0.0], "completions": list(texts[gid])} for gid, _ in waiting
+    ]})  # fmt: skip
+    for g, (gid, _) in enumerate(waiting):
+        for i, a in enumerate((first[g], second[g])):
+            assert a.complete, (gid, a)
+            assert a.reward == pytest.approx(whole["groups"][g]["rewards"][i], abs=1e-6)
+    # the replica that went away held waiting members, and they were answered
+    added = monitor.calls(monitor.add, tag)
+    drained = {gid for addr, gid in added if addr in gone and "-drain" in gid}
+    assert drained, (gone, [a for a in added if "-drain" in a[1]])
+    # ... itself, draining: still connected when they had it, and no member sent twice (a
+    # retry after a replica went away would `add` again)
+    assert gone & answered
+    adds = collections.Counter(gid for _, gid in added if "-drain" in gid)
+    assert adds == dict.fromkeys((gid for gid, _ in waiting), 2)
+    # each group computed exactly once, over all the replicas that ever ran
+    computed = collections.Counter(gid for _, gid in monitor.calls(monitor.finish, tag))
+    everyone = [*gids, *(gid for gid, _ in waiting)]
+    assert sum(computed.values()) == len(everyone) == len(set(everyone))
+    assert {gid: computed[gid] for gid in everyone} == dict.fromkeys(everyone, 1)
+    print(f"up after {up_s:.0f} s, down began {down_s:.0f} s, {len(gids)} groups under load, "
+          f"{len(drained)} drained, {len(monitor.lines)} commands")  # fmt: skip
     ray_serve.deploy(2)  # back to the module's two replicas
 
 
