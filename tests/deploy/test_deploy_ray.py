@@ -445,7 +445,7 @@ AUTOSCALING = {
     "target_ongoing_requests": 5,  # requests in a replica, group members waiting included
     "upscale_delay_s": 2,
     "downscale_delay_s": 10,
-    "look_back_period_s": 5,
+    "look_back_period_s": 12,  # above the handles' 10 s metrics push (Serve warns below)
 }
 
 
