@@ -122,8 +122,11 @@ class Reweighter:
             await self.core.assembler.start()
             async with app_lifespan(app):
                 yield
-            # Serve drained the replica first (graceful_shutdown_timeout_s): waiters left now
-            # get a retryable 503 and, with Redis, their group is answered by another replica
+            # Serve drained the replica first: its requests in flight finished. Ray 2.57's
+            # controller force-kills a replica still draining at graceful_shutdown_timeout_s,
+            # before this runs, so a member still waiting then gets ConnectionFailed through a
+            # handle (retried: another replica answers its group through Redis) or Serve's 500
+            # through the proxy; the shipped 330 s outlasts a member's 300 s wait (deploy.md)
             await self.core.assembler.aclose()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.engine.aclose(), timeout=ENGINE_STOP_S)
