@@ -48,10 +48,11 @@ class SlowEngine:
 async def test_a_compute_that_outlives_its_claim_is_not_recomputed_elsewhere(
     engine: ReweightEngine, shared_redis_url: str, prefix: str
 ) -> None:
-    """The claim lasts 0.3 s, the compute 1.5 s: the computing replica renews its claim, so the
-    other replica (whose watcher polls the whole round meanwhile) never takes it over."""
-    slow = SlowEngine(engine, 1.5)
-    reps = replicas(slow, shared_redis_url, prefix, claim_ttl_s=0.3)
+    """The claim lasts 1 s, the compute 3 s: the computing replica renews its claim (every
+    third of its TTL), so the other replica (whose watcher polls the whole round meanwhile)
+    never takes it over. (A 0.3 s claim was lost to a loaded machine's event-loop stalls.)"""
+    slow = SlowEngine(engine, 3.0)
+    reps = replicas(slow, shared_redis_url, prefix, claim_ttl_s=1.0)
     try:
         g = embedded_group("slow", 2, random.Random(21), advantages="grpo", timeout_s=10)
         sent = (r.submit(m) for r, m in zip(reps, g, strict=True))
