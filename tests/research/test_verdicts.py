@@ -24,20 +24,11 @@ import pytest
 from reweighter_research import decision as dc
 from reweighter_research import verdicts as V
 
+from .test_experiments_readme import results_table
+
 REPO = Path(__file__).resolve().parents[2]
 EXP = REPO / "experiments"
 VERDICT = re.compile(r"^(\S+): (refuted|speeds up|inconclusive|no verdict)\b", re.M)
-
-
-def results_table() -> list[tuple[str, str, str]]:
-    """README's Results table: (experiment, verdict, command) per row."""
-    text = (REPO / "README.md").read_text().split("\n## Results\n", 1)[1].split("\n## ", 1)[0]
-    rows = []
-    for ln in text.splitlines():
-        cells = [c.strip() for c in ln.strip().strip("|").split("|")]
-        if len(cells) == 3 and cells[2].startswith("`python -m"):
-            rows.append((cells[0], cells[1], cells[2].strip("`")))
-    return rows
 
 
 def run_as_written(cmd: str) -> str:
