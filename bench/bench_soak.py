@@ -649,8 +649,14 @@ def main() -> int:
     ap.add_argument("--thread-slack", type=int, default=2)
     ap.add_argument("--p99-factor", type=float, default=2.5)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", type=Path, default=OUT / "soak.json")
+    ap.add_argument("--out", type=Path, default=OUT / "soak.json",
+                    help="the JSON file (a folder: soak.json in it); beside it .png, .serve.log")
     args = ap.parse_args()
+    if args.out.is_dir():  # a folder given: the run's files go in it
+        args.out = args.out / "soak.json"
+    args.out.parent.mkdir(parents=True, exist_ok=True)  # refused now, not after the run
+    if not os.access(args.out.parent, os.W_OK):
+        ap.error(f"--out {args.out}: its folder is not writable")
     import torch
 
     torch.set_num_threads(1)  # the fresh computation here must not starve the server
