@@ -654,7 +654,10 @@ def main() -> int:
     args = ap.parse_args()
     if args.out.is_dir():  # a folder given: the run's files go in it
         args.out = args.out / "soak.json"
-    args.out.parent.mkdir(parents=True, exist_ok=True)  # refused now, not after the run
+    try:  # refused now, not after the run
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        ap.error(f"--out {args.out}: {e}")
     if not os.access(args.out.parent, os.W_OK):
         ap.error(f"--out {args.out}: its folder is not writable")
     import torch
