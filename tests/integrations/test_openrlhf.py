@@ -40,7 +40,7 @@ from reweighter.api.http.app import create_app  # noqa: E402
 from reweighter.api.http.openrlhf import build_openrlhf_router, is_token_path  # noqa: E402
 from reweighter.api.metrics import Metrics  # noqa: E402
 from reweighter.assembly import GroupAssembler, make_store  # noqa: E402
-from reweighter.assembly.openrlhf import MemoryRounds, RedisRounds, Rounds  # noqa: E402
+from reweighter.assembly.openrlhf import Left, MemoryRounds, RedisRounds, Rounds  # noqa: E402
 from reweighter.config import OpenRLHFSettings  # noqa: E402
 from reweighter.logs import RedactFilter  # noqa: E402
 from reweighter.service import BackgroundService  # noqa: E402
@@ -623,37 +623,37 @@ async def test_round_rules(rounds_of: Any) -> None:
     # a fourth sample while round 0 is full and still being answered: surplus, seated nowhere
     s = await rounds.enter("p", "p s", 3)
     assert s.surplus and s.round == 0 and not s.group_id
-    report = await rounds.leave(s, answered=True, members=1, n=3)
+    report = (await rounds.leave(s, answered=True, members=1, n=3)).short
     assert report is not None and report.surplus and report.round == 0
     assert "likely n_samples_per_prompt = 4" in report.message()
     t = await rounds.enter("p", "p t", 3)
-    assert await rounds.leave(t, answered=True, members=1, n=3) is None
+    assert (await rounds.leave(t, answered=True, members=1, n=3)).short is None
     for seat in (a, a2, b):
-        assert await rounds.leave(seat, answered=True, members=3, n=3) is None
+        assert await rounds.leave(seat, answered=True, members=3, n=3) == Left()
     now[0] = 10.0
     again = await rounds.enter("p", "p b", 3)
     assert again.round == 0 and not again.surplus  # a re-post of an answered member: its round
     assert again.ordinal == 0 and again.group_id == a.group_id
-    assert await rounds.leave(again, answered=True, members=3, n=3) is None
+    assert await rounds.leave(again, answered=True, members=3, n=3) == Left()
     # a sample after every member of the full round has its answer: the next round, opened
     # right after a full round (a late surplus, or the prompt's next step)
     c = await rounds.enter("p", "p c", 3)
     assert c.round == 1 and not c.surplus and c.group_id != a.group_id and c.ordinal == 2
     now[0] = 150.0
-    short = await rounds.leave(c, answered=True, members=1, n=3)  # c's round closed short
+    short = (await rounds.leave(c, answered=True, members=1, n=3)).short  # c's round closed short
     assert short is not None and short.after_full_round and short.round == 1
     assert "likely n_samples_per_prompt = 4" in short.message()
     now[0] = 400.0  # the prompt comes back: round 1 was answered, so round 2
     d = await rounds.enter("p", "p c", 3)  # even with c's text: past the retry window, a new one
     assert d.round == 2
     now[0] = 600.0  # it waits alone; answered short long after any full round: "short"
-    short = await rounds.leave(d, answered=True, members=1, n=3)
+    short = (await rounds.leave(d, answered=True, members=1, n=3)).short
     assert short is not None and not short.after_full_round
     assert "only 1 of n=3" in short.message()
-    assert await rounds.leave(d, answered=True, members=1, n=3) is None  # once per round
+    assert await rounds.leave(d, answered=True, members=1, n=3) == Left()  # once per round
     e = await rounds.enter("p", "p e", 3)
     assert e.round == 3
-    assert await rounds.leave(e, answered=False, members=0, n=3) is None  # an error: no answer
+    assert await rounds.leave(e, answered=False, members=0, n=3) == Left()  # an error: no answer
     assert "beyond n=3" in (await rounds.wrong(3) or "")  # the surplus showed n=3 is wrong
     assert await rounds.wrong(4) is None
     # just after a full round was answered, a sample opens the next round on probation: a
@@ -677,7 +677,7 @@ async def test_round_rules(rounds_of: Any) -> None:
     now[0] = 1011.0
     joiner = await late.enter("q", "q 5", 2)
     assert joiner.wrong and not joiner.group_id and "no sibling followed" in await late.wrong(2)
-    assert await late.leave(joiner, answered=True, members=1, n=2) is None
+    assert await late.leave(joiner, answered=True, members=1, n=2) == Left()
     assert (await rounds.enter("p", "p f", 3)).round == 3  # so its round stays open
     # a call seated in a full round whose replica died before `leave` is taken for gone
     # after stale_s: the prompt's next step is not surplus
@@ -688,6 +688,40 @@ async def test_round_rules(rounds_of: Any) -> None:
     nxt = await rounds.enter("r", "r next", 4)
     assert not nxt.surplus and nxt.round == last.round + 1  # the next round, not a surplus
     assert await rounds.wrong(4) is None
+
+
+async def test_a_rounds_fate_is_decided_once(rounds_of: Any) -> None:
+    """n shown wrong while a round is not whole makes its fate raw for every member, even those
+    whose computed numbers arrive later (the round filled on a replica that had not seen n
+    wrong); a round whole when n is shown wrong waits for its numbers, and once a member is
+    answered from them, a later release keeps the round computed (clean-clone CI saw a prompt
+    answered 4 reweighted, 3 raw, on two replicas)."""
+    now = [0.0]
+    rounds = rounds_of(lambda: now[0])
+    early = [await rounds.enter("p", f"p {i}", 3) for i in range(2)]
+    assert await rounds.release(early[0], 3)  # 2 of 3: not whole, so the round is raw
+    late = await rounds.enter("p", "p 2", 3)  # it fills after all (another replica)
+    assert late.round == early[0].round
+    assert await rounds.release(late, 3)  # whole now, but its fate stays raw
+    left = await rounds.leave(late, answered=True, members=3, n=3)
+    assert left.short is None and not left.stands  # its numbers came: answered raw all the same
+    # a round whole when n is shown wrong: it waits for its numbers, which stand
+    whole = [await rounds.enter("q", f"q {i}", 3) for i in range(3)]
+    assert not await rounds.release(whole[0], 3)
+    assert (await rounds.leave(whole[0], answered=True, members=3, n=3)).stands
+    assert not await rounds.release(whole[1], 3)  # computed: no later release turns it raw
+    assert (await rounds.leave(whole[1], answered=True, members=3, n=3)).stands
+    assert (await rounds.leave(whole[2], answered=True, members=3, n=3)).stands
+    # the fate outlives the round's closing: the next round opens, and a re-post of a member of
+    # round 0 (OpenRLHF retries) is answered from round 0, computed still
+    now[0] = 1.0
+    nxt = await rounds.enter("q", "q next", 3)
+    assert nxt.round == whole[0].round + 1
+    assert await rounds.release(nxt, 3)  # round 1, 1 of 3: raw
+    again = await rounds.enter("q", "q 0", 3)
+    assert again.round == whole[0].round
+    assert (await rounds.leave(again, answered=True, members=3, n=3)).stands
+    assert not (await rounds.leave(nxt, answered=True, members=3, n=3)).stands
 
 
 async def test_the_url_names_the_method_and_its_parameters(server, engine, tokenizer) -> None:

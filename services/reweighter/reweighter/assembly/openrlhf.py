@@ -27,13 +27,18 @@ r of a prompt is the assembly group `<prefix>:<prompt hash>:<r>`:
   `retry_window_s` of its answer. An identical query while the first is still waiting is a
   second member (a repeated completion), not a retry;
 - a round answered short (fewer than `n` members) is a size mismatch: `Seat.report` says so
-  once per round, with the likely cause.
+  once per round, with the likely cause;
+- a round's fate (computed or raw) is decided once, in its prompt's state, before any member is
+  answered: the first member answered from its numbers makes it COMPUTED; `n` shown wrong while
+  the round is not yet whole makes it RAW, and then every member is answered raw, even one whose
+  numbers arrive later (the round filled on another replica that had not yet seen `n` wrong).
+  So no round is answered part reweighted, part raw, on one replica or many.
 
 - every round is numbered as it opens among its job's rounds (`Seat.ordinal`, from 0): the
   route's step for the live page is that number divided by the prompts per step (`?batch=`).
 
 One state machine, two stores (as group assembly: store.py / redis_store.py). A prompt's state
-is one `PromptState`; the transitions (`enter`, `leave`, `whole` of `Rules`) are written once,
+is one `PromptState`; the transitions (`enter`, `release`, `leave` of `Rules`) are written once,
 in Python, and read and change it in place. A store only holds the states and applies a
 transition atomically: `MemoryRounds` in this process (operations never await; bounded, least
 recently used prompts forgotten), `RedisRounds` shared by every replica (the state read, the
@@ -139,6 +144,7 @@ class PromptState:
     surplus: int = 0  # surplus samples of the open round
     answered_at: float | None = None  # when a member of the open round got its answer
     probation: bool = False  # the open round was opened just after a full round was answered
+    fates: dict[str, str] = field(default_factory=dict)  # round -> COMPUTED or RAW (recent ones)
 
     def dump(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -146,6 +152,26 @@ class PromptState:
     @classmethod
     def load(cls, text: str | bytes) -> PromptState:
         return cls(**json.loads(text))
+
+
+COMPUTED = "computed"
+"""A round's fate: a member was answered with the round's computed numbers; every member is."""
+RAW = "raw"
+"""A round's fate: a member was answered raw (n shown wrong before the round was whole); every
+member is, even one whose computed answer arrives later."""
+KEPT_FATES = 4
+"""Rounds before the open one whose fate a prompt keeps (a member of a closed round may still be
+answered: its round closed when the next one opened)."""
+
+
+@dataclass(frozen=True)
+class Left:
+    """What `Rules.leave` decided: the round's size mismatch to report (first time only), and
+    whether the member's computed answer stands (False: its round's fate is RAW, answer it
+    raw)."""
+
+    short: ShortRound | None = None
+    stands: bool = True
 
 
 @dataclass(frozen=True)
@@ -211,10 +237,21 @@ class Rules:
         state.in_flight[qhash] = copies + 1
         return Entered(Seat(key, "", member, qhash, seat_round, ordinal=ordinal))
 
-    def whole(self, state: PromptState | None, seat: Seat, n: int) -> bool:
-        """Whether the seat's round holds its n members (or was closed): its answer is of one
-        step, and stands when `n` is shown wrong meanwhile."""
-        return state is None or seat.round != state.round or len(state.members) >= n
+    def release(self, state: PromptState, seat: Seat, n: int) -> bool:
+        """`n` was shown wrong while the seat waits for its round's answer: whether to answer it
+        raw now. Decided once per round, for all its members on every replica: a round whose
+        fate is set keeps it; a round holding its n members (or closed) is of one step, so it
+        waits for its answer (fate left to the answer); any other round's fate becomes RAW, so
+        a member answered from its numbers later (the round filled after all) is answered raw
+        too. Were each member to decide alone, one round could be answered part raw, part
+        reweighted."""
+        fate = state.fates.get(str(seat.round))
+        if fate is not None:
+            return fate == RAW
+        if seat.round != state.round or len(state.members) >= n:
+            return False
+        state.fates[str(seat.round)] = RAW
+        return True
 
     def _close(self, state: PromptState, now: float) -> None:
         state.previous = {
@@ -228,6 +265,7 @@ class Rules:
             and now - state.answered_at <= self.burst_s
         )
         state.round += 1
+        state.fates = {r: f for r, f in state.fates.items() if int(r) >= state.round - KEPT_FATES}
         state.members = {}
         state.answered = False
         state.full_at = None
@@ -237,14 +275,18 @@ class Rules:
 
     def leave(
         self, state: PromptState, seat: Seat, answered: bool, members: int, n: int, now: float
-    ) -> ShortRound | None:
+    ) -> Left:
+        """The seat's call ended; `answered`: with an answer over `members` members (n or more:
+        its round's computed numbers, which set the round's fate to COMPUTED unless it is RAW
+        already: then `stands` is False)."""
         if seat.wrong:
-            return None
+            return Left()
         if seat.surplus:
             if seat.round != state.round or state.reported >= seat.round:
-                return None
+                return Left()
             state.reported = seat.round
-            return ShortRound(seat.round, state.surplus, n, after_full_round=True, surplus=True)
+            surplus = ShortRound(seat.round, state.surplus, n, after_full_round=True, surplus=True)
+            return Left(surplus)
         left = state.in_flight.get(seat.query_hash, 0) - 1
         if left > 0:
             state.in_flight[seat.query_hash] = left
@@ -253,13 +295,16 @@ class Rules:
         if seat.round == state.round:
             state.open_calls = max(0, state.open_calls - 1)
         if not answered:
-            return None
+            return Left()
         if seat.round == state.round:
             state.answered = True
             state.answered_at = now
             state.previous.update({m: [state.round, now, state.ordinal] for m in state.members})
-        if members >= n or state.reported >= seat.round:
-            return None
+        if members >= n:
+            fate = state.fates.setdefault(str(seat.round), COMPUTED)
+            return Left(stands=fate == COMPUTED)
+        if state.reported >= seat.round:
+            return Left()
         state.reported = seat.round
         before = state.previous_full_at
         after_full = (
@@ -267,7 +312,7 @@ class Rules:
             and before is not None
             and state.opened_at - before <= self.burst_s
         )
-        return ShortRound(seat.round, members, n, after_full)
+        return Left(ShortRound(seat.round, members, n, after_full))
 
 
 Transition = Callable[[PromptState, float], T]
@@ -489,23 +534,29 @@ class Rounds:
         ordinal = state.ordinal if seat.round == state.round else seat.ordinal
         return replace(seat, group_id=f"{self.prefix}:{key}:{seat.round}", ordinal=ordinal)
 
-    async def whole(self, seat: Seat, n: int) -> bool:
-        return self.rules.whole(await self.store.read(self.job, seat.key), seat, n)
+    async def release(self, seat: Seat, n: int) -> bool:
+        """`n` was shown wrong while the seat waits: whether to answer it raw now (`Rules.release`:
+        decided once for its whole round, on the store)."""
+        raw, _ = await self.store.update(
+            self.job, seat.key, lambda s, now: self.rules.release(s, seat, n), create=False
+        )
+        return bool(raw)
 
-    async def leave(self, seat: Seat, *, answered: bool, members: int, n: int) -> ShortRound | None:
+    async def leave(self, seat: Seat, *, answered: bool, members: int, n: int) -> Left:
         """The sample's call ended. `answered`: it got an answer computed over `members`
-        members (an error is not an answer). Returns the round's size mismatch the first time
-        one of its members is answered short, or the first time it has a surplus sample;
-        None otherwise."""
+        members (an error is not an answer). `short`: the round's size mismatch the first
+        time one of its members is answered short, or the first time it has a surplus sample.
+        `stands`: False when the answer is its round's numbers but the round's fate is RAW
+        (answer it raw, as its siblings were)."""
         if seat.wrong:
-            return None
-        short, _ = await self.store.update(
+            return Left()
+        left, _ = await self.store.update(
             self.job,
             seat.key,
             lambda s, now: self.rules.leave(s, seat, answered, members, n, now),
             create=False,
         )
-        return short
+        return left if left is not None else Left()
 
     async def wrong(self, n: int) -> str | None:
         """Why `n` was shown wrong in this job (a surplus), or None."""

@@ -288,6 +288,7 @@ class OpenRLHFRoute:
             return _raw(None, reward, -1), "wrong_n"
         seat = await job.rounds.enter(prompt, query, size)
         result: MemberResult | None = None
+        left = False
         try:
             if seat.wrong:  # of the next step, after a late surplus opened its round
                 await self.shown_wrong(size)
@@ -299,12 +300,17 @@ class OpenRLHFRoute:
                 return result, "surplus"
             step = seat.ordinal // batch if batch and seat.ordinal is not None else None
             result = await self.seated(job, seat, size, query, prompt, reward, how, step, quality)
-            if result is None:  # n shown wrong while it waited
+            left = True
+            stands = await self.leave(seat, result, size)
+            if result is None or not stands:
+                # n shown wrong before its round was whole: the round's fate is raw, for every
+                # member (decided once, in the prompt's state: see Rules.release)
                 self.stats.wrong_n += 1
                 return _raw(seat, reward, seat.round), "wrong_n"
             return result, ""
         finally:
-            await self.leave(seat, result, size)
+            if not left:
+                await self.leave(seat, result, size)
 
     async def seated(
         self, job: _TenantRounds, seat: Seat, size: int, query: str, prompt: str, reward: float,
@@ -327,7 +333,7 @@ class OpenRLHFRoute:
         self._watch(job, size, +1)
         try:
             await asyncio.wait({submit, wrong}, return_when=asyncio.FIRST_COMPLETED)
-            if not submit.done() and await job.rounds.whole(seat, size):
+            if not submit.done() and not await job.rounds.release(seat, size):
                 await asyncio.wait({submit})  # a whole round is of one step: its answer
         finally:
             self._watch(job, size, -1)
@@ -368,19 +374,23 @@ class OpenRLHFRoute:
                 size, await job.rounds.wrong(size), size,
             )  # fmt: skip
 
-    async def leave(self, seat: Seat, result: MemberResult | None, size: int) -> None:
+    async def leave(self, seat: Seat, result: MemberResult | None, size: int) -> bool:
+        """The sample's call ended with `result` (None: none): record it in its round. Whether
+        a computed answer stands (False: its round's fate is raw)."""
         members = result.members if result is not None and not result.complete else size
         try:
-            short = await self.state().rounds.leave(
+            left = await self.state().rounds.leave(
                 seat, answered=result is not None, members=members, n=size
             )
         except Exception as e:  # the answer stands; the round's bookkeeping heals by time
             log.warning("OpenRLHF: a sample's round could not be updated: %s", e)
-            return
+            return True
+        short = left.short
         if short is not None:
             self.stats.short_rounds += 1
             self.stats.surplus_rounds += short.after_full_round
             log.warning("OpenRLHF: %s", short.message())
+        return left.stands
 
 
 def _raw(seat: Seat | None, reward: float, rnd: int) -> MemberResult:
