@@ -208,7 +208,7 @@ async def test_redis_lost_mid_assembly_never_hangs_past_the_timeout(
         await waiting(reps[1], 1)
         redis_server.stop()
         outcomes = await asyncio.wait_for(asyncio.gather(*held, return_exceptions=True), 10)
-        assert loop.time() - start < 1.5 + 2.0  # the grace (1 s) and slack for a loaded machine
+        assert loop.time() - start < 1.5 + 2.0  # a refused connection answers at once: slack only
         # no store to say who is present: the answer over the members that waited on the
         # member's own replica (g[0], g[2] on the first, g[1] on the second)
         for i, o in enumerate(outcomes):

@@ -59,8 +59,14 @@ T = TypeVar("T")
 CLAIM_TTL_S = 60.0
 """A claim to compute or close a round lasts this long and is renewed every third of it while
 its compute runs: a replica that dies mid-compute blocks its group at most this long."""
-GRACE_S = 1.0
-"""After a member's deadline: the store reads and the close of a short round."""
+GRACE_S = 5.0
+"""After a member's deadline: the store reads and the close of a short round (poll, claim,
+members, finish, release). Sized for a loaded machine, not for Redis's sub-millisecond replies:
+in the 30-minute soak (bench/bench_soak.py) on a shared 2-core machine, 1 s ran out for a few
+abandoned members in minutes whose p99 was 3.6-13.9 s, and they were answered
+`store_unavailable` with Redis up. 5 s holds two replies at the Redis client's whole socket
+timeout (2 s) and the rest; the clients wait `timeout_s` + 30 s (client/_base.py
+MEMBER_MARGIN_S), so no caller gives up first. A Redis that refuses answers at once."""
 _POLL_MAX_S = 1.0  # polling backoff cap (Redis store, or after a failed compute or claim)
 _OPEN_MARGIN_S = 5.0  # an open round outlives its latest deadline by this (no waiter left)
 
