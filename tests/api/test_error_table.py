@@ -9,6 +9,7 @@ guard's)."""
 from __future__ import annotations
 
 import inspect
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -156,11 +157,17 @@ def test_grpcs_own_answers_carry_no_metadata(raising: BackgroundService) -> None
                 timeout=30,
                 metadata=auth,
             ),
-            "DEADLINE_EXCEEDED": lambda: stub.Reweight(
-                pb.ReweightRequest(groups=[pb.Group(rewards=[1.0], completions=["x"])]),
-                timeout=1e-6,
+            # a member alone in a group of two waits (its timeout_s: 3 s) past the caller's
+            # 0.5 s: grpc ends the call. (A 1 us deadline on Reweight raced: now and then the
+            # service's own DeadlineExceeded, with its metadata, arrived first.)
+            "DEADLINE_EXCEEDED": lambda: stub.SubmitMember(
+                pb.SubmitMemberRequest(
+                    group_id=f"deadline-{os.getpid()}", member_id="0", group_size=2,
+                    reward=1.0, embedding=pb.Vector(values=[1.0, 0.5]), timeout_s=3.0,
+                ),
+                timeout=0.5,
                 metadata=auth,
-            ),
+            ),  # fmt: skip
         }
         for code, call in calls.items():
             with pytest.raises(grpc.RpcError) as info:
