@@ -386,6 +386,38 @@ def test_redis_restarted_is_the_documented_503_then_recovers(ray_serve: RayServe
         assert all(r.complete for r in asyncio.run(both()))
 
 
+def _steady_load(
+    client: Any, name: str, prefix: str, size: int, stop: threading.Event,
+    done: list[str], failed: list[str], gids: list[str] | None = None, suffix: str = "",
+) -> None:  # fmt: skip
+    """One client's steady load until `stop`: a reweight call, then a group of `size` members
+    sent at once (each waits in a replica for its siblings, `prefix` + n + `suffix` its id);
+    `name` appended to `done` per whole round trip (every member complete), the failure to
+    `failed` otherwise; the group ids to `gids`."""
+    n = 0
+    while not stop.is_set():
+        n += 1
+        try:
+            ms = _groups(f"s{n}", n=1, size=size)[0]
+            out = client.reweight(_request([[(r, t) for _, r, t in ms]]))
+            assert len(out.groups) == 1
+            gid = f"{prefix}{n}{suffix}"
+
+            async def group(gid: str = gid, ms: Any = ms) -> list[Any]:
+                return await asyncio.gather(*(
+                    client.submit_member_async(gid, m, size, r, completion=t, timeout_s=120)
+                    for m, r, t in ms
+                ))  # fmt: skip
+
+            answers = asyncio.run(group())
+            assert all(a.complete for a in answers), answers
+            if gids is not None:
+                gids.append(gid)
+            done.append(name)
+        except Exception as e:  # noqa: BLE001 - every failure is the finding
+            failed.append(f"{name}: {type(e).__name__}: {e}")
+
+
 def test_scale_1_2_1_under_steady_load_fails_no_request(ray_serve: RayServe) -> None:
     """Requests and whole groups of members through the proxy and the handle never stop while
     the deployment goes to one replica, two, and one again: Serve drains the replica it stops
@@ -398,27 +430,7 @@ def test_scale_1_2_1_under_steady_load_fails_no_request(ray_serve: RayServe) -> 
 
     def load(url: str) -> None:
         with connect(url, api_key=KEY) as client:
-            n = 0
-            while not stop.is_set():
-                n += 1
-                try:
-                    ms = _groups(f"s{n}", n=1, size=2)[0]
-                    out = client.reweight(_request([[(r, t) for _, r, t in ms]]))
-                    assert len(out.groups) == 1
-                    # and a group of two members, each waiting in a replica for the other
-                    gid = f"scale-{os.getpid()}-{url[:4]}-{n}"
-
-                    async def group(gid: str = gid, ms: Any = ms) -> list[Any]:
-                        return await asyncio.gather(*(
-                            client.submit_member_async(gid, m, 2, r, completion=t, timeout_s=120)
-                            for m, r, t in ms
-                        ))  # fmt: skip
-
-                    answers = asyncio.run(group())
-                    assert all(a.complete for a in answers), answers
-                    done.append(url)
-                except Exception as e:  # noqa: BLE001 - every failure is the finding
-                    failed.append(f"{url}: {type(e).__name__}: {e}")
+            _steady_load(client, url, f"scale-{os.getpid()}-{url[:4]}-", 2, stop, done, failed)
 
     threads = [
         threading.Thread(target=load, args=(u,)) for u in (ray_serve.url, "ray://reweighter")
@@ -546,27 +558,7 @@ def test_autoscaling_on_the_queue_scales_1_2_1_and_drains_waiting_members(
     t0 = time.monotonic()
 
     def load(client: Any, name: str) -> None:
-        n = 0
-        while not stop.is_set():
-            n += 1
-            try:
-                ms = _groups("", n=1, size=4)[0]
-                out = client.reweight(_request([[(r, t) for _, r, t in ms]]))
-                assert len(out.groups) == 1
-                gid = f"{tag}-{name}{n}-z"
-
-                async def group(gid: str = gid, ms: Any = ms) -> list[Any]:
-                    return await asyncio.gather(*(
-                        client.submit_member_async(gid, m, 4, r, completion=t, timeout_s=120)
-                        for m, r, t in ms
-                    ))  # fmt: skip
-
-                answers = asyncio.run(group())
-                assert all(a.complete for a in answers), answers
-                gids.append(gid)
-                done.append(name)
-            except Exception as e:  # noqa: BLE001 - every failure is the finding
-                failed.append(f"{name}: {type(e).__name__}: {e}")
+        _steady_load(client, name, f"{tag}-{name}", 4, stop, done, failed, gids, suffix="-z")
 
     threads = [
         threading.Thread(target=load, args=(c, f"{k}{i}"))
