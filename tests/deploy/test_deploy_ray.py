@@ -584,32 +584,26 @@ def test_autoscaling_on_the_queue_scales_1_2_1_and_drains_waiting_members(
     texts = {gid: (f"wait {g} alpha", f"late {g} beta") for g, (gid, _) in enumerate(waiting)}
     first: list[Any] = []
 
-    def wait_first() -> None:
+    def send(k: int, reward: float) -> list[Any]:
+        """Member k of every waiting group (its text k), sent at once: their answers."""
+
         async def each() -> list[Any]:
             return await asyncio.gather(*(
-                via.submit_member_async(gid, "0", 2, 1.0, completion=texts[gid][0],
+                via.submit_member_async(gid, str(k), 2, reward, completion=texts[gid][k],
                                         timeout_s=240)
                 for gid, via in waiting
             ))  # fmt: skip
 
-        first.extend(asyncio.run(each()))
+        return asyncio.run(each())
 
-    waiter = threading.Thread(target=wait_first)
+    waiter = threading.Thread(target=lambda: first.extend(send(0, 1.0)))
     waiter.start()
     try:
         _until("scale-down began", lambda: _states(ray_serve).get("RUNNING") == 1, 240)
         stopping = monitor.clients()  # both replicas' connections still here
         down_s = time.monotonic() - t0
         time.sleep(2)  # the removed replica drains with its member still waiting
-
-        async def rest() -> list[Any]:
-            return await asyncio.gather(*(
-                via.submit_member_async(gid, "1", 2, 0.0, completion=texts[gid][1],
-                                        timeout_s=240)
-                for gid, via in waiting
-            ))  # fmt: skip
-
-        second = asyncio.run(rest())
+        second = send(1, 0.0)
     finally:
         waiter.join(timeout=300)
     answered = monitor.clients()  # every member has its answer now
